@@ -1,0 +1,504 @@
+//! OTLP -> Arrow: append decoded OTLP spans straight into the builders of [`SPANS_SCHEMA`].
+//!
+//! Data flow: a receiver decodes an `ExportTraceServiceRequest` (prost or OTLP/JSON), hands it
+//! to [`SpanBatchBuilder::append_request`], and calls [`SpanBatchBuilder::finish`] to get one
+//! `RecordBatch` plus an [`EncodeReport`]. Each span is validated before any column is
+//! touched, so a rejected span leaves no partial row; the report carries the count and the
+//! first reason, which become the OTLP partial-success answer.
+//!
+//! Per span, the attributes are walked twice: once to find, for every concept of the input
+//! contract, the alias of highest precedence, and once to copy the attributes that no
+//! normalised column carries into the `attributes` map.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayBuilder, ArrayRef, BooleanBuilder, FixedSizeBinaryBuilder, Float64Builder, Int32Builder,
+    Int64Builder, MapBuilder, MapFieldNames, RecordBatch, StringBuilder,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::StatusCode};
+
+use crate::conventions::{self, Concept, Conventions};
+use crate::outcome::{Outcome, OutcomeSignals};
+use crate::schema::{SPAN_ID_LEN, SPANS_SCHEMA, TRACE_ID_LEN};
+
+/// Service name used when the resource has no `service.name`.
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// Why a span was rejected. The text is the English message of the OTLP partial success.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpanRejection {
+    TraceIdLength(usize),
+    TraceIdZero,
+    SpanIdLength(usize),
+    SpanIdZero,
+    ParentSpanIdLength(usize),
+    TimeOutOfRange,
+    EndBeforeStart,
+}
+
+impl std::fmt::Display for SpanRejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpanRejection::TraceIdLength(n) => {
+                write!(f, "trace id has {n} bytes, expected {TRACE_ID_LEN}")
+            }
+            SpanRejection::TraceIdZero => f.write_str("trace id is all zeroes"),
+            SpanRejection::SpanIdLength(n) => {
+                write!(f, "span id has {n} bytes, expected {SPAN_ID_LEN}")
+            }
+            SpanRejection::SpanIdZero => f.write_str("span id is all zeroes"),
+            SpanRejection::ParentSpanIdLength(n) => {
+                write!(
+                    f,
+                    "parent span id has {n} bytes, expected 0 or {SPAN_ID_LEN}"
+                )
+            }
+            SpanRejection::TimeOutOfRange => {
+                f.write_str("start or end time is beyond the year 2262 (i64 nanoseconds)")
+            }
+            SpanRejection::EndBeforeStart => f.write_str("end time is before start time"),
+        }
+    }
+}
+
+/// What one encoding pass did: spans kept, spans rejected (with the first reason), and
+/// attributes present but unreadable as their concept (kept in the map, counted here).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EncodeReport {
+    pub accepted: u64,
+    pub rejected: u64,
+    pub first_rejection: Option<String>,
+    pub malformed: [u64; Concept::COUNT],
+}
+
+impl EncodeReport {
+    /// The OTLP partial-success message, or `None` when every span was kept.
+    pub fn partial_success_message(&self) -> Option<String> {
+        (self.rejected > 0).then(|| {
+            format!(
+                "rejected {} of {} spans; first: {}",
+                self.rejected,
+                self.rejected + self.accepted,
+                self.first_rejection.as_deref().unwrap_or("invalid span")
+            )
+        })
+    }
+
+    /// Malformed-attribute counts by concept name, for self-metrics.
+    pub fn malformed_by_field(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Concept::ALL
+            .iter()
+            .zip(self.malformed)
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| (c.as_str(), n))
+    }
+}
+
+/// Builders for one batch of [`SPANS_SCHEMA`] rows.
+pub struct SpanBatchBuilder<'c> {
+    conventions: &'c Conventions,
+    trace_id: FixedSizeBinaryBuilder,
+    span_id: FixedSizeBinaryBuilder,
+    parent_span_id: FixedSizeBinaryBuilder,
+    service_name: StringBuilder,
+    span_name: StringBuilder,
+    kind: StringBuilder,
+    start_ns: Int64Builder,
+    end_ns: Int64Builder,
+    duration_ns: Int64Builder,
+    status_code: StringBuilder,
+    status_message: StringBuilder,
+    attempt: Int32Builder,
+    retry_cause: StringBuilder,
+    deadline_ms: Float64Builder,
+    has_idempotency_key: BooleanBuilder,
+    idempotent: BooleanBuilder,
+    is_write: BooleanBuilder,
+    callee_hint: StringBuilder,
+    operation: StringBuilder,
+    ctx_cancelled: BooleanBuilder,
+    pending: BooleanBuilder,
+    outcome: StringBuilder,
+    attributes: MapBuilder<StringBuilder, StringBuilder>,
+    report: EncodeReport,
+    /// Scratch: indices of attributes carried by a normalised column (reused across spans).
+    consumed: Vec<usize>,
+}
+
+impl<'c> SpanBatchBuilder<'c> {
+    pub fn new(conventions: &'c Conventions) -> Self {
+        SpanBatchBuilder {
+            conventions,
+            trace_id: FixedSizeBinaryBuilder::new(TRACE_ID_LEN),
+            span_id: FixedSizeBinaryBuilder::new(SPAN_ID_LEN),
+            parent_span_id: FixedSizeBinaryBuilder::new(SPAN_ID_LEN),
+            service_name: StringBuilder::new(),
+            span_name: StringBuilder::new(),
+            kind: StringBuilder::new(),
+            start_ns: Int64Builder::new(),
+            end_ns: Int64Builder::new(),
+            duration_ns: Int64Builder::new(),
+            status_code: StringBuilder::new(),
+            status_message: StringBuilder::new(),
+            attempt: Int32Builder::new(),
+            retry_cause: StringBuilder::new(),
+            deadline_ms: Float64Builder::new(),
+            has_idempotency_key: BooleanBuilder::new(),
+            idempotent: BooleanBuilder::new(),
+            is_write: BooleanBuilder::new(),
+            callee_hint: StringBuilder::new(),
+            operation: StringBuilder::new(),
+            ctx_cancelled: BooleanBuilder::new(),
+            pending: BooleanBuilder::new(),
+            outcome: StringBuilder::new(),
+            attributes: MapBuilder::new(
+                Some(MapFieldNames {
+                    entry: "entries".into(),
+                    key: "keys".into(),
+                    value: "values".into(),
+                }),
+                StringBuilder::new(),
+                StringBuilder::new(),
+            ),
+            report: EncodeReport::default(),
+            consumed: Vec::new(),
+        }
+    }
+
+    /// Append every span of a request; invalid spans are counted, not appended.
+    pub fn append_request(&mut self, request: &ExportTraceServiceRequest) {
+        for resource_spans in &request.resource_spans {
+            let service = resource_spans
+                .resource
+                .as_ref()
+                .and_then(|r| find_str(&r.attributes, "service.name"))
+                .filter(|s| !s.is_empty())
+                .unwrap_or(UNKNOWN_SERVICE);
+            for scope_spans in &resource_spans.scope_spans {
+                for span in &scope_spans.spans {
+                    if let Err(rejection) = self.append_span(service, span) {
+                        self.report.rejected += 1;
+                        if self.report.first_rejection.is_none() {
+                            self.report.first_rejection = Some(rejection.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Validate and append one span of `service`.
+    pub fn append_span(&mut self, service: &str, span: &Span) -> Result<(), SpanRejection> {
+        let (start_ns, end_ns) = validate(span)?;
+
+        self.trace_id
+            .append_value(&span.trace_id)
+            .map_err(|_| SpanRejection::TraceIdLength(span.trace_id.len()))?;
+        // Lengths were validated above, so these appends cannot fail.
+        let _ = self.span_id.append_value(&span.span_id);
+        if span.parent_span_id.is_empty() {
+            self.parent_span_id.append_null();
+        } else {
+            let _ = self.parent_span_id.append_value(&span.parent_span_id);
+        }
+        self.service_name.append_value(service);
+        self.span_name.append_value(&span.name);
+        self.kind.append_value(kind_name(span.kind));
+        self.start_ns.append_value(start_ns);
+        self.end_ns.append_value(end_ns);
+        self.duration_ns.append_value(end_ns - start_ns);
+        let status = span.status.as_ref();
+        let status_code = status.map_or(StatusCode::Unset as i32, |s| s.code);
+        self.status_code.append_value(status_name(status_code));
+        self.status_message
+            .append_option(status.map(|s| s.message.as_str()).filter(|m| !m.is_empty()));
+
+        self.append_contract_columns(span, start_ns, status_code == StatusCode::Error as i32);
+        self.report.accepted += 1;
+        Ok(())
+    }
+
+    /// Derive the normalised columns and the remaining-attributes map for one span.
+    fn append_contract_columns(&mut self, span: &Span, start_ns: i64, status_error: bool) {
+        let mut r = Reader::new(
+            self.conventions,
+            &span.attributes,
+            std::mem::take(&mut self.consumed),
+        );
+
+        let attempt = r.take(Concept::Attempt, |v| {
+            conventions::as_i64(v)
+                .and_then(|n| i32::try_from(n).ok())
+                .filter(|n| *n >= 0)
+        });
+        let cause = r.take(Concept::Cause, conventions::render);
+        let deadline = r
+            .take(Concept::Deadline, conventions::as_budget_ms)
+            .or_else(|| {
+                // Epoch milliseconds; a deadline already past at the start is a budget of 0.
+                r.take(Concept::AbsoluteDeadline, conventions::as_budget_ms)
+                    .map(|epoch_ms| (epoch_ms - start_ns as f64 / 1e6).max(0.0))
+            });
+        let has_key = r
+            .take(Concept::IdempotencyKey, |v| {
+                conventions::render(v).filter(|k| !k.is_empty())
+            })
+            .is_some();
+        let idempotent = r.take(Concept::Idempotent, conventions::as_bool);
+        let ctx_cancelled = r
+            .take(Concept::CtxCancelled, conventions::as_bool)
+            .unwrap_or(false);
+        let pending = r
+            .take(Concept::State, |v| {
+                conventions::as_str(v).map(str::to_owned)
+            })
+            .is_some_and(|s| s.eq_ignore_ascii_case("pending"));
+
+        let is_write = r
+            .str(Concept::HttpMethod)
+            .is_some_and(|m| m.eq_ignore_ascii_case("POST") || m.eq_ignore_ascii_case("PATCH"))
+            || r.str(Concept::DbOperation).is_some_and(|op| {
+                let verb = op.split_whitespace().next().unwrap_or("");
+                verb.eq_ignore_ascii_case("INSERT") || verb.eq_ignore_ascii_case("UPDATE")
+            });
+        let callee = r.str(Concept::CalleeHint).filter(|s| !s.is_empty());
+        let operation = match (r.str(Concept::RpcMethod), r.str(Concept::RpcService)) {
+            (Some(method), Some(service)) => format!("{service}/{method}"),
+            (Some(method), None) => method.to_owned(),
+            _ => r
+                .str(Concept::Route)
+                .filter(|s| !s.is_empty())
+                .unwrap_or(&span.name)
+                .to_owned(),
+        };
+        let signals = OutcomeSignals {
+            grpc: r
+                .get(Concept::GrpcStatus)
+                .and_then(|v| match conventions::as_i64(v) {
+                    Some(code) => Outcome::from_grpc_code(code),
+                    None => conventions::as_str(v).and_then(Outcome::from_grpc_name),
+                }),
+            http: r
+                .get(Concept::HttpStatus)
+                .and_then(conventions::as_i64)
+                .and_then(Outcome::from_http_status),
+            error_type: r
+                .str(Concept::ErrorType)
+                .filter(|s| !s.is_empty())
+                .map(Outcome::from_error_type),
+            ctx_cancelled,
+            err_code_nonzero: r.get(Concept::ErrCode).is_some_and(|v| {
+                match conventions::as_i64(v) {
+                    Some(code) => code != 0,
+                    None => conventions::render(v).is_some_and(|s| !s.is_empty() && s != "0"),
+                }
+            }),
+            status_error,
+        };
+
+        self.attempt.append_option(attempt);
+        self.retry_cause.append_option(cause);
+        self.deadline_ms.append_option(deadline);
+        self.has_idempotency_key.append_value(has_key);
+        self.idempotent.append_option(idempotent);
+        self.is_write.append_value(is_write);
+        self.callee_hint.append_option(callee);
+        self.operation.append_value(operation);
+        self.ctx_cancelled.append_value(ctx_cancelled);
+        self.pending.append_value(pending);
+        self.outcome.append_value(signals.classify().as_str());
+
+        for (index, kv) in span.attributes.iter().enumerate() {
+            if r.consumed.contains(&index) {
+                continue;
+            }
+            self.attributes.keys().append_value(&kv.key);
+            self.attributes
+                .values()
+                .append_option(kv.value.as_ref().and_then(conventions::render));
+        }
+        // The map column is non-nullable; an empty map is a valid entry.
+        let _ = self.attributes.append(true);
+        for (count, bad) in self.report.malformed.iter_mut().zip(r.malformed) {
+            *count += u64::from(bad);
+        }
+        self.consumed = r.consumed;
+    }
+
+    /// Rows appended so far.
+    pub fn len(&self) -> usize {
+        self.trace_id.len()
+    }
+
+    /// True when no span has been appended.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Finish the batch. The columns are built to the schema, so assembling cannot fail
+    /// unless this module and `schema.rs` disagree, which the tests catch.
+    pub fn finish(mut self) -> (RecordBatch, EncodeReport) {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.trace_id.finish()),
+            Arc::new(self.span_id.finish()),
+            Arc::new(self.parent_span_id.finish()),
+            Arc::new(self.service_name.finish()),
+            Arc::new(self.span_name.finish()),
+            Arc::new(self.kind.finish()),
+            Arc::new(self.start_ns.finish()),
+            Arc::new(self.end_ns.finish()),
+            Arc::new(self.duration_ns.finish()),
+            Arc::new(self.status_code.finish()),
+            Arc::new(self.status_message.finish()),
+            Arc::new(self.attempt.finish()),
+            Arc::new(self.retry_cause.finish()),
+            Arc::new(self.deadline_ms.finish()),
+            Arc::new(self.has_idempotency_key.finish()),
+            Arc::new(self.idempotent.finish()),
+            Arc::new(self.is_write.finish()),
+            Arc::new(self.callee_hint.finish()),
+            Arc::new(self.operation.finish()),
+            Arc::new(self.ctx_cancelled.finish()),
+            Arc::new(self.pending.finish()),
+            Arc::new(self.outcome.finish()),
+            Arc::new(self.attributes.finish()),
+        ];
+        let batch = match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
+            Ok(batch) => batch,
+            Err(e) => unreachable!("encoder columns disagree with SPANS_SCHEMA: {e}"),
+        };
+        (batch, self.report)
+    }
+}
+
+/// Encode a whole request into one batch.
+pub fn encode_request(
+    conventions: &Conventions,
+    request: &ExportTraceServiceRequest,
+) -> (RecordBatch, EncodeReport) {
+    let mut builder = SpanBatchBuilder::new(conventions);
+    builder.append_request(request);
+    builder.finish()
+}
+
+/// Check ids and times; returns the times as `i64` nanoseconds.
+fn validate(span: &Span) -> Result<(i64, i64), SpanRejection> {
+    if span.trace_id.len() != TRACE_ID_LEN as usize {
+        return Err(SpanRejection::TraceIdLength(span.trace_id.len()));
+    }
+    if span.trace_id.iter().all(|b| *b == 0) {
+        return Err(SpanRejection::TraceIdZero);
+    }
+    if span.span_id.len() != SPAN_ID_LEN as usize {
+        return Err(SpanRejection::SpanIdLength(span.span_id.len()));
+    }
+    if span.span_id.iter().all(|b| *b == 0) {
+        return Err(SpanRejection::SpanIdZero);
+    }
+    if !span.parent_span_id.is_empty() && span.parent_span_id.len() != SPAN_ID_LEN as usize {
+        return Err(SpanRejection::ParentSpanIdLength(span.parent_span_id.len()));
+    }
+    let start = i64::try_from(span.start_time_unix_nano);
+    let end = i64::try_from(span.end_time_unix_nano);
+    let (Ok(start), Ok(end)) = (start, end) else {
+        return Err(SpanRejection::TimeOutOfRange);
+    };
+    if end < start {
+        return Err(SpanRejection::EndBeforeStart);
+    }
+    Ok((start, end))
+}
+
+fn find_str<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(s.as_str()),
+            _ => None,
+        }
+    })
+}
+
+/// Lower-case span kind name for the `kind` column.
+pub fn kind_name(kind: i32) -> &'static str {
+    match SpanKind::try_from(kind) {
+        Ok(SpanKind::Internal) => "internal",
+        Ok(SpanKind::Server) => "server",
+        Ok(SpanKind::Client) => "client",
+        Ok(SpanKind::Producer) => "producer",
+        Ok(SpanKind::Consumer) => "consumer",
+        Ok(SpanKind::Unspecified) | Err(_) => "unspecified",
+    }
+}
+
+fn status_name(code: i32) -> &'static str {
+    match StatusCode::try_from(code) {
+        Ok(StatusCode::Ok) => "ok",
+        Ok(StatusCode::Error) => "error",
+        Ok(StatusCode::Unset) | Err(_) => "unset",
+    }
+}
+
+/// One span's attributes, indexed by concept: for each concept the attribute of highest
+/// precedence. Concepts carried by their own column are read with [`Reader::take`], which
+/// marks the attribute consumed when it parses and malformed when it does not.
+struct Reader<'a> {
+    attrs: &'a [KeyValue],
+    best: [Option<(u8, usize)>; Concept::COUNT],
+    consumed: Vec<usize>,
+    malformed: [bool; Concept::COUNT],
+}
+
+impl<'a> Reader<'a> {
+    fn new(conventions: &Conventions, attrs: &'a [KeyValue], mut consumed: Vec<usize>) -> Self {
+        let mut best: [Option<(u8, usize)>; Concept::COUNT] = [None; Concept::COUNT];
+        for (index, kv) in attrs.iter().enumerate() {
+            for &(concept, rank) in conventions.roles(&kv.key) {
+                let slot = &mut best[concept as usize];
+                if slot.is_none_or(|(r, _)| rank < r) {
+                    *slot = Some((rank, index));
+                }
+            }
+        }
+        consumed.clear();
+        Reader {
+            attrs,
+            best,
+            consumed,
+            malformed: [false; Concept::COUNT],
+        }
+    }
+
+    fn found(&self, concept: Concept) -> Option<(usize, &'a AnyValue)> {
+        let (_, index) = self.best[concept as usize]?;
+        Some((index, self.attrs[index].value.as_ref()?))
+    }
+
+    fn get(&self, concept: Concept) -> Option<&'a AnyValue> {
+        self.found(concept).map(|(_, v)| v)
+    }
+
+    fn str(&self, concept: Concept) -> Option<&'a str> {
+        self.get(concept).and_then(conventions::as_str)
+    }
+
+    fn take<T>(
+        &mut self,
+        concept: Concept,
+        parse: impl FnOnce(&AnyValue) -> Option<T>,
+    ) -> Option<T> {
+        let (index, value) = self.found(concept)?;
+        let parsed = parse(value);
+        match parsed {
+            Some(_) => self.consumed.push(index),
+            None => self.malformed[concept as usize] = true,
+        }
+        parsed
+    }
+}
+
+#[cfg(test)]
+#[path = "encode_tests.rs"]
+mod tests;

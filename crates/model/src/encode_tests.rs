@@ -1,0 +1,409 @@
+use arrow::array::{Array, AsArray, MapArray};
+use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use proptest::prelude::*;
+
+use super::*;
+use crate::schema as col;
+use crate::testing::*;
+
+fn encode(request: &ExportTraceServiceRequest) -> (RecordBatch, EncodeReport) {
+    encode_request(&Conventions::default(), request)
+}
+
+fn strings(batch: &RecordBatch, name: &str) -> Vec<Option<String>> {
+    let column = batch.column_by_name(name).unwrap().as_string::<i32>();
+    column.iter().map(|v| v.map(str::to_owned)).collect()
+}
+
+fn map_keys(batch: &RecordBatch, row: usize) -> Vec<String> {
+    let map: &MapArray = batch.column_by_name(col::ATTRIBUTES).unwrap().as_map();
+    let entry = map.value(row);
+    entry
+        .column(0)
+        .as_string::<i32>()
+        .iter()
+        .map(|k| k.unwrap().to_owned())
+        .collect()
+}
+
+/// The retry fixture yields one typed row per span with every contract column derived.
+#[test]
+fn retry_fixture_columns() {
+    let (batch, report) = encode(&retry_fixture());
+    assert_eq!(report.accepted, 5);
+    assert_eq!(report.rejected, 0);
+    assert_eq!(batch.num_rows(), 5);
+
+    let service = strings(&batch, col::SERVICE_NAME);
+    assert_eq!(service[0].as_deref(), Some("gateway"));
+    assert_eq!(service[4].as_deref(), Some("orders"));
+    let kind = strings(&batch, col::KIND);
+    assert_eq!(kind[0].as_deref(), Some("server"));
+    assert_eq!(kind[1].as_deref(), Some("client"));
+
+    let attempt = batch
+        .column_by_name(col::ATTEMPT)
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    assert!(attempt.is_null(0));
+    assert_eq!((attempt.value(1), attempt.value(2)), (0, 1));
+    let cause = strings(&batch, col::RETRY_CAUSE);
+    assert_eq!(cause[1], None);
+    assert_eq!(cause[2].as_deref(), Some("deadline"));
+
+    let deadline = batch
+        .column_by_name(col::DEADLINE_MS)
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    let deadlines: Vec<Option<f64>> = deadline.iter().collect();
+    assert_eq!(
+        deadlines,
+        vec![None, Some(200.0), Some(185.0), Some(195.0), Some(180.0)]
+    );
+
+    let outcome = strings(&batch, col::OUTCOME);
+    let outcome: Vec<_> = outcome.iter().map(|o| o.as_deref().unwrap()).collect();
+    // Span 4 is a server span that saw ctx_cancelled=true with no error code.
+    assert_eq!(outcome, vec!["ok", "deadline", "ok", "cancelled", "ok"]);
+
+    let operation = strings(&batch, col::OPERATION);
+    assert_eq!(operation[0].as_deref(), Some("/checkout"));
+    assert_eq!(operation[1].as_deref(), Some("/orders"));
+    assert_eq!(
+        strings(&batch, col::CALLEE_HINT)[1].as_deref(),
+        Some("orders")
+    );
+
+    let bools = |name| -> Vec<bool> {
+        let c = batch.column_by_name(name).unwrap().as_boolean();
+        (0..c.len()).map(|i| c.value(i)).collect()
+    };
+    assert_eq!(bools(col::IS_WRITE), vec![false, true, true, false, false]);
+    assert_eq!(
+        bools(col::HAS_IDEMPOTENCY_KEY),
+        vec![false, false, true, false, false]
+    );
+    assert_eq!(
+        bools(col::CTX_CANCELLED),
+        vec![false, false, false, true, false]
+    );
+    assert_eq!(bools(col::PENDING), vec![false, false, false, true, false]);
+    assert!(batch.column_by_name(col::IDEMPOTENT).unwrap().is_null(1));
+
+    let parent = batch
+        .column_by_name(col::PARENT_SPAN_ID)
+        .unwrap()
+        .as_fixed_size_binary();
+    assert!(parent.is_null(0));
+    assert_eq!(parent.value(1), span_id(1).as_slice());
+    let duration = batch
+        .column_by_name(col::DURATION_NS)
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    assert_eq!(duration.value(1), 200_000_000);
+
+    // Consumed attributes leave the map; the rest stay.
+    let keys = map_keys(&batch, 2);
+    assert!(keys.contains(&"http.request.method".to_owned()));
+    assert!(keys.contains(&"peer.service".to_owned()));
+    for consumed in ["retry", "cause", "deadline", "idempotency_key"] {
+        assert!(
+            !keys.contains(&consumed.to_owned()),
+            "{consumed} still in map"
+        );
+    }
+}
+
+/// Invalid spans are rejected with an OTLP message while their valid neighbours are kept.
+#[test]
+fn invalid_spans_are_rejected_not_dropped_silently() {
+    let mut bad_trace = span(1, 1, "a", 2, 0, 1, vec![]);
+    bad_trace.trace_id = vec![1, 2, 3];
+    let mut zero_span = span(1, 2, "b", 2, 0, 1, vec![]);
+    zero_span.span_id = vec![0; 8];
+    let mut bad_parent = span(1, 3, "c", 2, 0, 1, vec![]);
+    bad_parent.parent_span_id = vec![1; 5];
+    let backwards = span(1, 4, "d", 2, 10, 5, vec![]);
+    let good = span(1, 5, "e", 2, 0, 1, vec![]);
+    let req = request(vec![(
+        "svc",
+        vec![bad_trace, zero_span, bad_parent, backwards, good],
+    )]);
+
+    let (batch, report) = encode(&req);
+    assert_eq!(batch.num_rows(), 1);
+    assert_eq!((report.accepted, report.rejected), (1, 4));
+    assert_eq!(
+        report.partial_success_message().as_deref(),
+        Some("rejected 4 of 5 spans; first: trace id has 3 bytes, expected 16")
+    );
+}
+
+/// Absolute deadlines become budgets relative to the span start; past ones become 0.
+#[test]
+fn absolute_deadline_becomes_budget() {
+    let s = span(1, 1, "a", 3, 0, 10, vec![]);
+    let start_ms = (s.start_time_unix_nano / 1_000_000) as i64;
+    let mut future = s.clone();
+    future.attributes = vec![kv_int("deadline.unix_ms", start_ms + 750)];
+    let mut past = span(1, 2, "b", 3, 0, 10, vec![]);
+    past.attributes = vec![kv(
+        "http.request.header.x-request-timeout",
+        &(start_ms - 5).to_string(),
+    )];
+    let (batch, _) = encode(&request(vec![("svc", vec![future, past])]));
+    let d = batch
+        .column_by_name(col::DEADLINE_MS)
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    assert_eq!((d.value(0), d.value(1)), (750.0, 0.0));
+}
+
+/// A relative deadline beats an absolute one, and earlier aliases beat later ones.
+#[test]
+fn alias_precedence() {
+    let s = span(
+        1,
+        1,
+        "a",
+        3,
+        0,
+        10,
+        vec![
+            kv_int("http.request.resend_count", 2),
+            kv_int("retry", 1),
+            kv_int("deadline.unix_ms", 1),
+            kv("timeout_ms", "90"),
+            kv("deadline", "1s"),
+        ],
+    );
+    let (batch, _) = encode(&request(vec![("svc", vec![s])]));
+    let attempt = batch
+        .column_by_name(col::ATTEMPT)
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    assert_eq!(attempt.value(0), 1);
+    let d = batch
+        .column_by_name(col::DEADLINE_MS)
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    assert_eq!(d.value(0), 1000.0);
+}
+
+/// An unreadable contract attribute is counted as malformed and kept in the map.
+#[test]
+fn malformed_fields_are_counted_and_kept() {
+    let s = span(
+        1,
+        1,
+        "a",
+        3,
+        0,
+        10,
+        vec![kv("retry", "second"), kv("deadline", "soon")],
+    );
+    let (batch, report) = encode(&request(vec![("svc", vec![s])]));
+    let malformed: Vec<_> = report.malformed_by_field().collect();
+    assert_eq!(malformed, vec![("attempt", 1), ("deadline", 1)]);
+    assert!(batch.column_by_name(col::ATTEMPT).unwrap().is_null(0));
+    let keys = map_keys(&batch, 0);
+    assert_eq!(keys, vec!["retry", "deadline"]);
+}
+
+/// gRPC codes as numbers or names, business error codes and resource defaults.
+#[test]
+fn outcome_signals_from_attributes() {
+    let spans = vec![
+        span(1, 1, "a", 3, 0, 1, vec![kv_int("rpc.grpc.status_code", 14)]),
+        span(
+            1,
+            2,
+            "b",
+            3,
+            0,
+            1,
+            vec![kv("rpc.response.status_code", "RESOURCE_EXHAUSTED")],
+        ),
+        span(1, 3, "c", 2, 0, 1, vec![kv_int("err_code", 1042)]),
+        span(
+            1,
+            4,
+            "d",
+            3,
+            0,
+            1,
+            vec![kv("error.type", "connection reset")],
+        ),
+        with_status(span(1, 5, "e", 2, 0, 1, vec![]), 2, "boom"),
+        span(1, 6, "f", 3, 0, 1, vec![kv_int("err_code", 0)]),
+    ];
+    let mut req = request(vec![("svc", spans)]);
+    req.resource_spans[0].resource = None;
+    let (batch, _) = encode(&req);
+    let outcome: Vec<_> = strings(&batch, col::OUTCOME)
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    assert_eq!(
+        outcome,
+        vec![
+            "unavailable",
+            "throttled",
+            "client_error",
+            "unavailable",
+            "server_error",
+            "ok"
+        ]
+    );
+    assert_eq!(
+        strings(&batch, col::SERVICE_NAME)[0].as_deref(),
+        Some(UNKNOWN_SERVICE)
+    );
+    assert_eq!(
+        strings(&batch, col::STATUS_MESSAGE)[4].as_deref(),
+        Some("boom")
+    );
+}
+
+/// gRPC operations combine service and method.
+#[test]
+fn rpc_operation_name() {
+    let s = span(
+        1,
+        1,
+        "x",
+        3,
+        0,
+        1,
+        vec![
+            kv("rpc.service", "inventory.Stock"),
+            kv("rpc.method", "Reserve"),
+        ],
+    );
+    let (batch, _) = encode(&request(vec![("svc", vec![s])]));
+    assert_eq!(
+        strings(&batch, col::OPERATION)[0].as_deref(),
+        Some("inventory.Stock/Reserve")
+    );
+    assert_eq!(
+        strings(&batch, col::CALLEE_HINT)[0].as_deref(),
+        Some("inventory.Stock")
+    );
+}
+
+/// An empty request encodes to an empty batch of the right schema.
+#[test]
+fn empty_request() {
+    let (batch, report) = encode(&ExportTraceServiceRequest::default());
+    assert_eq!(batch.num_rows(), 0);
+    assert_eq!(batch.schema(), *SPANS_SCHEMA);
+    assert_eq!(report, EncodeReport::default());
+}
+
+fn any_value() -> impl Strategy<Value = AnyValue> {
+    let leaf = prop_oneof![
+        any::<String>().prop_map(Value::StringValue),
+        "[0-9]{1,3}(ms|s|m|S|u)?".prop_map(Value::StringValue),
+        any::<i64>().prop_map(Value::IntValue),
+        any::<f64>().prop_map(Value::DoubleValue),
+        any::<bool>().prop_map(Value::BoolValue),
+        proptest::collection::vec(any::<u8>(), 0..4).prop_map(Value::BytesValue),
+    ];
+    proptest::option::of(leaf).prop_map(|value| AnyValue { value })
+}
+
+fn attribute() -> impl Strategy<Value = KeyValue> {
+    let names: Vec<&'static str> = crate::conventions::DEFAULT_ALIASES
+        .iter()
+        .flat_map(|(_, names)| names.iter().copied())
+        .chain(["custom", "x"])
+        .collect();
+    (
+        proptest::sample::select(names),
+        proptest::option::of(any_value()),
+    )
+        .prop_map(|(key, value)| KeyValue {
+            key: key.into(),
+            value,
+            ..Default::default()
+        })
+}
+
+fn id(valid_len: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        8 => proptest::collection::vec(any::<u8>(), valid_len),
+        1 => proptest::collection::vec(any::<u8>(), 0..20),
+    ]
+}
+
+fn any_span() -> impl Strategy<Value = Span> {
+    (
+        id(16),
+        id(8),
+        prop_oneof![Just(vec![]), id(8)],
+        any::<i32>(),
+        any::<u64>(),
+        0u64..1 << 40,
+        proptest::collection::vec(attribute(), 0..8),
+    )
+        .prop_map(
+            |(trace_id, span_id, parent_span_id, kind, start, len, attributes)| Span {
+                trace_id,
+                span_id,
+                parent_span_id,
+                kind,
+                start_time_unix_nano: start,
+                end_time_unix_nano: start.saturating_add(len),
+                attributes,
+                ..Default::default()
+            },
+        )
+}
+
+fn any_request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+    proptest::collection::vec(proptest::collection::vec(any_span(), 0..6), 0..4).prop_map(
+        |groups| ExportTraceServiceRequest {
+            resource_spans: groups
+                .into_iter()
+                .map(|spans| ResourceSpans {
+                    scope_spans: vec![ScopeSpans {
+                        spans,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+        },
+    )
+}
+
+proptest! {
+    /// Any request encodes without panic; every span is either a row or a counted rejection,
+    /// and accepted rows carry their span's ids and times unchanged.
+    #[test]
+    fn any_request_encodes_and_round_trips_ids(req in any_request()) {
+        let (batch, report) = encode(&req);
+        let spans: Vec<&Span> = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| r.scope_spans.iter().flat_map(|s| s.spans.iter()))
+            .collect();
+        prop_assert_eq!(report.accepted + report.rejected, spans.len() as u64);
+        prop_assert_eq!(batch.num_rows() as u64, report.accepted);
+        let valid: Vec<&&Span> = spans.iter().filter(|s| validate(s).is_ok()).collect();
+        prop_assert_eq!(valid.len(), batch.num_rows());
+        let trace = batch.column_by_name(col::TRACE_ID).unwrap().as_fixed_size_binary();
+        let span = batch.column_by_name(col::SPAN_ID).unwrap().as_fixed_size_binary();
+        let start = batch.column_by_name(col::START_NS).unwrap().as_primitive::<Int64Type>();
+        let end = batch.column_by_name(col::END_NS).unwrap().as_primitive::<Int64Type>();
+        for (row, s) in valid.iter().enumerate() {
+            prop_assert_eq!(trace.value(row), s.trace_id.as_slice());
+            prop_assert_eq!(span.value(row), s.span_id.as_slice());
+            prop_assert_eq!(start.value(row) as u64, s.start_time_unix_nano);
+            prop_assert_eq!(end.value(row) as u64, s.end_time_unix_nano);
+        }
+    }
+}

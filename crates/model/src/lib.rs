@@ -1,0 +1,14 @@
+//! The stormglass data model: one Arrow schema for spans ([`schema`]), the attribute
+//! conventions that normalise what exporters send ([`conventions`]), the outcome classes of
+//! METRICS.md ([`outcome`]), and the OTLP -> Arrow encoder ([`encode`]). No I/O lives here.
+
+pub mod conventions;
+pub mod encode;
+pub mod outcome;
+pub mod schema;
+pub mod testing;
+
+pub use conventions::{Concept, Conventions};
+pub use encode::{EncodeReport, SpanBatchBuilder, SpanRejection, encode_request};
+pub use outcome::Outcome;
+pub use schema::SPANS_SCHEMA;

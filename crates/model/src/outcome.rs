@@ -1,0 +1,239 @@
+//! Outcome classes of METRICS.md ("Outcome classes (per span)").
+//!
+//! A span's signals are read in a fixed precedence, most specific first: a non-zero gRPC
+//! status code, an HTTP status >= 400, `error.type`, `ctx_cancelled=true`, a non-zero
+//! `err_code`, then the OTLP span status. The first signal that names a failure decides the
+//! class; a span with none of them is `ok`.
+
+/// Outcome class of one span. `Ok` is success, every other class is a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Ok,
+    Deadline,
+    Cancelled,
+    Unavailable,
+    Throttled,
+    ServerError,
+    ClientError,
+}
+
+impl Outcome {
+    /// Every class, in the order METRICS.md lists them.
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Ok,
+        Outcome::Deadline,
+        Outcome::Cancelled,
+        Outcome::Unavailable,
+        Outcome::Throttled,
+        Outcome::ServerError,
+        Outcome::ClientError,
+    ];
+
+    /// The class name used in the `outcome` column, metric labels and the JSON report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Deadline => "deadline",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Throttled => "throttled",
+            Outcome::ServerError => "server_error",
+            Outcome::ClientError => "client_error",
+        }
+    }
+
+    /// Class of a gRPC status code; `None` for 0 (OK) and codes outside the gRPC range.
+    pub fn from_grpc_code(code: i64) -> Option<Outcome> {
+        Some(match code {
+            0 => return None,
+            1 => Outcome::Cancelled,
+            4 => Outcome::Deadline,
+            14 => Outcome::Unavailable,
+            8 => Outcome::Throttled,
+            2 | 13 | 15 => Outcome::ServerError,
+            3 | 5 | 6 | 7 | 9 | 10 | 11 | 12 | 16 => Outcome::ClientError,
+            _ => return None,
+        })
+    }
+
+    /// Class of a gRPC status code given by name (`rpc.response.status_code` style,
+    /// e.g. `DEADLINE_EXCEEDED`).
+    pub fn from_grpc_name(name: &str) -> Option<Outcome> {
+        const NAMES: [&str; 17] = [
+            "OK",
+            "CANCELLED",
+            "UNKNOWN",
+            "INVALID_ARGUMENT",
+            "DEADLINE_EXCEEDED",
+            "NOT_FOUND",
+            "ALREADY_EXISTS",
+            "PERMISSION_DENIED",
+            "RESOURCE_EXHAUSTED",
+            "FAILED_PRECONDITION",
+            "ABORTED",
+            "OUT_OF_RANGE",
+            "UNIMPLEMENTED",
+            "INTERNAL",
+            "UNAVAILABLE",
+            "DATA_LOSS",
+            "UNAUTHENTICATED",
+        ];
+        let code = NAMES
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(name.trim()))?;
+        Outcome::from_grpc_code(code as i64)
+    }
+
+    /// Class of an HTTP status code; `None` below 400.
+    pub fn from_http_status(status: i64) -> Option<Outcome> {
+        Some(match status {
+            504 | 408 => Outcome::Deadline,
+            499 => Outcome::Cancelled,
+            502 | 503 => Outcome::Unavailable,
+            429 => Outcome::Throttled,
+            500..=599 => Outcome::ServerError,
+            400..=499 => Outcome::ClientError,
+            _ => return None,
+        })
+    }
+
+    /// Class of an `error.type` value. Semantic conventions set `error.type` only on failed
+    /// operations, so an unrecognised value is a failure of unknown cause: `server_error`.
+    pub fn from_error_type(error_type: &str) -> Outcome {
+        let e = error_type.to_ascii_lowercase();
+        let has = |needle: &str| e.contains(needle);
+        if has("timeout") || has("timed out") || has("deadline") {
+            Outcome::Deadline
+        } else if has("cancel") {
+            // cancelled, canceled, ctx_cancelled, context canceled
+            Outcome::Cancelled
+        } else if has("refused") || has("reset") || has("unavailable") || has("unreachable") {
+            Outcome::Unavailable
+        } else if has("throttl") || has("rate_limit") || has("too_many_requests") {
+            Outcome::Throttled
+        } else if let Ok(status) = e.parse::<u16>() {
+            // HTTP instrumentations put the status code as text into error.type.
+            Outcome::from_http_status(i64::from(status)).unwrap_or(Outcome::ServerError)
+        } else {
+            Outcome::ServerError
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome signals found on one span, gathered by the encoder in one pass over the
+/// attributes and resolved by [`OutcomeSignals::classify`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OutcomeSignals {
+    pub grpc: Option<Outcome>,
+    pub http: Option<Outcome>,
+    pub error_type: Option<Outcome>,
+    pub ctx_cancelled: bool,
+    pub err_code_nonzero: bool,
+    pub status_error: bool,
+}
+
+impl OutcomeSignals {
+    /// Resolve the signals in precedence order (see the module docs).
+    pub fn classify(&self) -> Outcome {
+        self.grpc
+            .or(self.http)
+            .or(self.error_type)
+            .or(self.ctx_cancelled.then_some(Outcome::Cancelled))
+            .or(self.err_code_nonzero.then_some(Outcome::ClientError))
+            .or(self.status_error.then_some(Outcome::ServerError))
+            .unwrap_or(Outcome::Ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of METRICS.md's gRPC column maps to its class.
+    #[test]
+    fn grpc_codes_follow_metrics_md() {
+        assert_eq!(Outcome::from_grpc_code(0), None);
+        assert_eq!(Outcome::from_grpc_code(4), Some(Outcome::Deadline));
+        assert_eq!(Outcome::from_grpc_code(1), Some(Outcome::Cancelled));
+        assert_eq!(Outcome::from_grpc_code(14), Some(Outcome::Unavailable));
+        assert_eq!(Outcome::from_grpc_code(8), Some(Outcome::Throttled));
+        for c in [2, 13, 15] {
+            assert_eq!(Outcome::from_grpc_code(c), Some(Outcome::ServerError));
+        }
+        for c in [3, 5, 6, 7, 9, 10, 11, 12, 16] {
+            assert_eq!(Outcome::from_grpc_code(c), Some(Outcome::ClientError));
+        }
+        assert_eq!(
+            Outcome::from_grpc_name("deadline_exceeded"),
+            Some(Outcome::Deadline)
+        );
+        assert_eq!(Outcome::from_grpc_name("OK"), None);
+    }
+
+    /// Every row of METRICS.md's HTTP column maps to its class; 2xx/3xx are no signal.
+    #[test]
+    fn http_statuses_follow_metrics_md() {
+        assert_eq!(Outcome::from_http_status(200), None);
+        assert_eq!(Outcome::from_http_status(304), None);
+        assert_eq!(Outcome::from_http_status(504), Some(Outcome::Deadline));
+        assert_eq!(Outcome::from_http_status(408), Some(Outcome::Deadline));
+        assert_eq!(Outcome::from_http_status(499), Some(Outcome::Cancelled));
+        assert_eq!(Outcome::from_http_status(502), Some(Outcome::Unavailable));
+        assert_eq!(Outcome::from_http_status(503), Some(Outcome::Unavailable));
+        assert_eq!(Outcome::from_http_status(429), Some(Outcome::Throttled));
+        assert_eq!(Outcome::from_http_status(500), Some(Outcome::ServerError));
+        assert_eq!(Outcome::from_http_status(404), Some(Outcome::ClientError));
+    }
+
+    /// `error.type` text maps by keyword; unknown failures are server errors.
+    #[test]
+    fn error_type_keywords() {
+        assert_eq!(Outcome::from_error_type("timeout"), Outcome::Deadline);
+        assert_eq!(
+            Outcome::from_error_type("DeadlineExceeded"),
+            Outcome::Deadline
+        );
+        assert_eq!(Outcome::from_error_type("canceled"), Outcome::Cancelled);
+        assert_eq!(
+            Outcome::from_error_type("ctx_cancelled"),
+            Outcome::Cancelled
+        );
+        assert_eq!(
+            Outcome::from_error_type("connection refused"),
+            Outcome::Unavailable
+        );
+        assert_eq!(Outcome::from_error_type("503"), Outcome::Unavailable);
+        assert_eq!(Outcome::from_error_type("404"), Outcome::ClientError);
+        assert_eq!(
+            Outcome::from_error_type("java.lang.NullPointerException"),
+            Outcome::ServerError
+        );
+    }
+
+    /// Precedence: codes beat error.type, which beats cancel flags, business codes and status.
+    #[test]
+    fn precedence() {
+        let mut s = OutcomeSignals {
+            status_error: true,
+            ..Default::default()
+        };
+        assert_eq!(s.classify(), Outcome::ServerError);
+        s.err_code_nonzero = true;
+        assert_eq!(s.classify(), Outcome::ClientError);
+        s.ctx_cancelled = true;
+        assert_eq!(s.classify(), Outcome::Cancelled);
+        s.error_type = Some(Outcome::Unavailable);
+        assert_eq!(s.classify(), Outcome::Unavailable);
+        s.http = Some(Outcome::Throttled);
+        assert_eq!(s.classify(), Outcome::Throttled);
+        s.grpc = Some(Outcome::Deadline);
+        assert_eq!(s.classify(), Outcome::Deadline);
+        assert_eq!(OutcomeSignals::default().classify(), Outcome::Ok);
+    }
+}
