@@ -1,0 +1,123 @@
+//! Binding and running both receivers until a shutdown signal.
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::sink::Pipeline;
+use crate::{grpc, http};
+
+/// Where and how the receivers listen.
+#[derive(Clone, Debug)]
+pub struct ReceiverConfig {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    /// Largest request accepted, measured after decompression.
+    pub max_request_bytes: usize,
+}
+
+/// Receivers that are bound and serving.
+pub struct Receivers {
+    /// The bound gRPC address (the real port when configured with port 0).
+    pub grpc_addr: SocketAddr,
+    /// The bound HTTP address.
+    pub http_addr: SocketAddr,
+    tasks: JoinSet<Result<(), ServeError>>,
+}
+
+/// A receiver could not bind or failed while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen for OTLP/{transport} on {addr}")]
+    Bind {
+        transport: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the OTLP/gRPC server failed")]
+    Grpc(#[source] tonic::transport::Error),
+    #[error("the OTLP/HTTP server failed")]
+    Http(#[source] std::io::Error),
+}
+
+impl Receivers {
+    /// Bind both listeners, then serve until `shutdown` turns true. Binding happens before
+    /// this returns, so the addresses are live when the caller logs them.
+    pub async fn start(
+        config: &ReceiverConfig,
+        pipeline: Pipeline,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Receivers, ServeError> {
+        let bind = |transport, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    transport,
+                    addr,
+                    source,
+                })
+        };
+        let grpc_listener = bind("gRPC", config.grpc).await?;
+        let http_listener = bind("HTTP", config.http).await?;
+        let local = |l: &TcpListener, transport, addr| {
+            l.local_addr().map_err(|source| ServeError::Bind {
+                transport,
+                addr,
+                source,
+            })
+        };
+        let grpc_addr = local(&grpc_listener, "gRPC", config.grpc)?;
+        let http_addr = local(&http_listener, "HTTP", config.http)?;
+
+        let mut tasks = JoinSet::new();
+        let metrics = pipeline.metrics().clone();
+        let grpc_service = grpc::service(pipeline.clone(), config.max_request_bytes);
+        let signal = wait_for(shutdown.clone());
+        tasks.spawn(async move {
+            tonic::transport::Server::builder()
+                .layer(tower::util::MapResponseLayer::new(move |response| {
+                    grpc::remap_status(&metrics, response)
+                }))
+                .add_service(grpc_service)
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(grpc_listener),
+                    signal,
+                )
+                .await
+                .map_err(ServeError::Grpc)
+        });
+        let router = http::router(pipeline, config.max_request_bytes);
+        let signal = wait_for(shutdown);
+        tasks.spawn(async move {
+            axum::serve(http_listener, router)
+                .with_graceful_shutdown(signal)
+                .await
+                .map_err(ServeError::Http)
+        });
+        Ok(Receivers {
+            grpc_addr,
+            http_addr,
+            tasks,
+        })
+    }
+
+    /// Wait until both servers have stopped (after shutdown, or on the first failure).
+    pub async fn wait(mut self) -> Result<(), ServeError> {
+        while let Some(joined) = self.tasks.join_next().await {
+            match joined {
+                Ok(result) => result?,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolves when the shutdown flag becomes true (or its sender is gone).
+pub async fn wait_for(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}

@@ -1,0 +1,85 @@
+//! Where receivers hand decoded spans: the [`SpanSink`] trait (trace assembly implements it)
+//! and [`Pipeline`], the transport-independent half of every export request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use stormglass_model::{Conventions, SpanBatchBuilder};
+
+use crate::error::IngestError;
+use crate::metrics::{IngestMetrics, Transport};
+
+/// The sink is over its memory bound: nothing was stored, the client should retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SinkFull {
+    /// When a retry is likely to succeed.
+    pub retry_after: Duration,
+}
+
+/// Receives every batch of valid spans. Implementations either store the whole batch or
+/// refuse it whole: a batch is never partly kept.
+pub trait SpanSink: Send + Sync + 'static {
+    fn accept(&self, batch: RecordBatch) -> Result<(), SinkFull>;
+}
+
+/// The shared export path of both transports: encode, count, hand to the sink, answer.
+#[derive(Clone)]
+pub struct Pipeline {
+    sink: Arc<dyn SpanSink>,
+    conventions: Arc<Conventions>,
+    metrics: IngestMetrics,
+}
+
+impl Pipeline {
+    pub fn new(
+        sink: Arc<dyn SpanSink>,
+        conventions: Arc<Conventions>,
+        metrics: IngestMetrics,
+    ) -> Self {
+        Pipeline {
+            sink,
+            conventions,
+            metrics,
+        }
+    }
+
+    pub fn metrics(&self) -> &IngestMetrics {
+        &self.metrics
+    }
+
+    /// Encode and store one decoded request. Invalid spans become a partial success; a full
+    /// sink refuses the whole request with a retryable error.
+    pub fn export(
+        &self,
+        transport: Transport,
+        request: &ExportTraceServiceRequest,
+    ) -> Result<ExportTraceServiceResponse, IngestError> {
+        let mut builder = SpanBatchBuilder::new(&self.conventions);
+        builder.append_request(request);
+        let (batch, report) = builder.finish();
+        self.metrics.encoded(transport, &report);
+        let spans = batch.num_rows() as u64;
+        if spans > 0 {
+            if let Err(full) = self.sink.accept(batch) {
+                let error = IngestError::Overloaded {
+                    retry_after: full.retry_after,
+                };
+                self.metrics.refused_spans(transport, &error, spans);
+                return Err(error);
+            }
+            self.metrics.accepted(transport, spans);
+        }
+        Ok(ExportTraceServiceResponse {
+            partial_success: report.partial_success_message().map(|message| {
+                ExportTracePartialSuccess {
+                    rejected_spans: i64::try_from(report.rejected).unwrap_or(i64::MAX),
+                    error_message: message,
+                }
+            }),
+        })
+    }
+}
