@@ -1,0 +1,103 @@
+//! Assembly self-metrics as typed events (see the ingest crate's metrics for the pattern).
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// Why a trace left assembly; the `reason` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseReason {
+    Idle,
+    MaxAge,
+    Shutdown,
+}
+
+impl ReleaseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::Idle => "idle",
+            ReleaseReason::MaxAge => "max_age",
+            ReleaseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AssemblyMetrics {
+    spans: IntGauge,
+    traces: IntGauge,
+    max_spans: IntGauge,
+    late_spans: IntCounter,
+    released_spans: IntCounter,
+    released_traces: IntCounterVec,
+}
+
+impl AssemblyMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let gauge = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let counter = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let released_traces = IntCounterVec::new(
+            Opts::new(
+                "stormglass_assembly_released_traces_total",
+                "Traces released from assembly to analysis, by why they were released.",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(released_traces.clone()))?;
+        Ok(AssemblyMetrics {
+            spans: gauge(
+                "stormglass_assembly_spans",
+                "Spans held in assembly now (open traces).",
+            )?,
+            traces: gauge("stormglass_assembly_traces", "Traces open in assembly now.")?,
+            max_spans: gauge(
+                "stormglass_assembly_max_spans",
+                "The assembly.max_spans bound; spans are refused (retryably) above it.",
+            )?,
+            late_spans: counter(
+                "stormglass_assembly_late_spans_total",
+                "Spans that arrived after their trace was released: counted, not analysed.",
+            )?,
+            released_spans: counter(
+                "stormglass_assembly_released_spans_total",
+                "Spans released from assembly to analysis.",
+            )?,
+            released_traces,
+        })
+    }
+
+    pub fn unregistered() -> Self {
+        match Self::register(&Registry::new()) {
+            Ok(m) => m,
+            Err(e) => unreachable!("a fresh registry has no conflicting metrics: {e}"),
+        }
+    }
+
+    pub(crate) fn limit(&self, max_spans: usize) {
+        self.max_spans
+            .set(i64::try_from(max_spans).unwrap_or(i64::MAX));
+    }
+
+    pub(crate) fn open(&self, spans: usize, traces: usize) {
+        self.spans.set(i64::try_from(spans).unwrap_or(i64::MAX));
+        self.traces.set(i64::try_from(traces).unwrap_or(i64::MAX));
+    }
+
+    pub(crate) fn late(&self, spans: u64) {
+        self.late_spans.inc_by(spans);
+        tracing::debug!(spans, "late spans: their trace was already released");
+    }
+
+    pub(crate) fn released(&self, reason: ReleaseReason, traces: u64, spans: u64) {
+        self.released_traces
+            .with_label_values(&[reason.as_str()])
+            .inc_by(traces);
+        self.released_spans.inc_by(spans);
+    }
+}

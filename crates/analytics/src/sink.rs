@@ -1,0 +1,49 @@
+//! Where complete traces go when assembly releases them.
+
+use std::sync::Mutex;
+
+use arrow::array::RecordBatch;
+
+/// Complete traces released together: every span of each trace, a trace's rows contiguous,
+/// traces in the order their first span arrived.
+#[derive(Clone, Debug)]
+pub struct ReleasedTraces {
+    pub batch: RecordBatch,
+    pub traces: usize,
+}
+
+/// Receives released traces. The analysis implements it; tests use [`MemorySink`].
+pub trait TraceSink: Send + Sync + 'static {
+    fn release(&self, traces: ReleasedTraces);
+}
+
+/// Keeps every released batch in memory, for tests and tools that read them back.
+#[derive(Default)]
+pub struct MemorySink {
+    released: Mutex<Vec<ReleasedTraces>>,
+}
+
+impl MemorySink {
+    /// Take everything released so far.
+    pub fn take(&self) -> Vec<ReleasedTraces> {
+        std::mem::take(&mut *self.released.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl TraceSink for MemorySink {
+    fn release(&self, traces: ReleasedTraces) {
+        self.released
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(traces);
+    }
+}
+
+/// Drops released traces after assembly has counted them
+/// (`stormglass_assembly_released_*_total`). `serve` uses it until the analysis consumes them.
+#[derive(Default)]
+pub struct DiscardSink;
+
+impl TraceSink for DiscardSink {
+    fn release(&self, _traces: ReleasedTraces) {}
+}
