@@ -1,1 +1,212 @@
-fn main() {}
+//! End-to-end: the real `stormglass serve` binary fed by the real OpenTelemetry Rust SDK.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Server, get};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{Span, SpanKind, Tracer, TracerProvider};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use std::io::Write;
+
+/// Emit `traces` traces of one SERVER span and two CLIENT attempts each (a retry), through
+/// `provider`, then flush and shut it down. Returns the span count.
+fn emit(provider: SdkTracerProvider, traces: usize) -> usize {
+    let tracer = provider.tracer("stormglass-e2e");
+    for _ in 0..traces {
+        tracer.in_span("GET /checkout", |cx| {
+            for attempt in 0..2i64 {
+                let mut span = tracer
+                    .span_builder("POST /orders")
+                    .with_kind(SpanKind::Client)
+                    .with_attributes([
+                        KeyValue::new("retry", attempt),
+                        KeyValue::new("deadline", "200ms"),
+                        KeyValue::new("peer.service", "orders"),
+                    ])
+                    .start_with_context(&tracer, &cx);
+                span.end();
+            }
+        });
+    }
+    provider.force_flush().unwrap();
+    provider.shutdown().unwrap();
+    traces * 3
+}
+
+fn resource(service: &str) -> Resource {
+    Resource::builder()
+        .with_service_name(service.to_owned())
+        .build()
+}
+
+/// Spans exported by the SDK's OTLP exporters over gRPC (plain and gzip), HTTP/protobuf and
+/// HTTP/JSON all arrive, are counted per transport, and assembled and released; at rest
+/// accepted = released + late + open.
+#[test]
+fn real_sdk_exporters_over_every_transport() {
+    let server = Server::start(&[("STORMGLASS_ASSEMBLY__IDLE", "300ms")]);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let grpc_spans: usize = [None, Some(opentelemetry_otlp::Compression::Gzip)]
+        .into_iter()
+        .map(|compression| {
+            let provider = runtime.block_on(async {
+                let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(format!("http://{}", server.grpc));
+                if let Some(c) = compression {
+                    builder = builder.with_compression(c);
+                }
+                SdkTracerProvider::builder()
+                    .with_batch_exporter(builder.build().unwrap())
+                    .with_resource(resource("gateway"))
+                    .build()
+            });
+            emit(provider, 10)
+        })
+        .sum();
+
+    let http = |protocol| {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(protocol)
+            .with_endpoint(format!("http://{}/v1/traces", server.http))
+            .build()
+            .unwrap();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource("gateway"))
+            .build();
+        emit(provider, 7)
+    };
+    let proto_spans = http(Protocol::HttpBinary);
+    let json_spans = http(Protocol::HttpJson);
+
+    let accepted = |t: &str| server.metric("stormglass_receiver_accepted_spans_total", &[t]);
+    assert_eq!(accepted("transport=\"grpc\"") as usize, grpc_spans);
+    assert_eq!(
+        accepted("transport=\"http_protobuf\"") as usize,
+        proto_spans
+    );
+    assert_eq!(accepted("transport=\"http_json\"") as usize, json_spans);
+
+    server.wait_until("every trace released", |s| {
+        s.metric("stormglass_assembly_spans", &[]) == 0.0
+            && s.metric("stormglass_assembly_released_spans_total", &[]) > 0.0
+    });
+    let total = (grpc_spans + proto_spans + json_spans) as f64;
+    let released = server.metric("stormglass_assembly_released_spans_total", &[]);
+    let late = server.metric("stormglass_assembly_late_spans_total", &[]);
+    assert_eq!(
+        server.metric("stormglass_receiver_accepted_spans_total", &[]),
+        total
+    );
+    assert_eq!(released + late, total);
+    assert_eq!(
+        server.metric("stormglass_assembly_released_traces_total", &[]),
+        (2 * 10 + 2 * 7) as f64
+    );
+    assert_eq!(
+        server.metric("stormglass_receiver_refused_spans_total", &[]),
+        0.0
+    );
+}
+
+/// SIGTERM releases every open trace (none are lost to a long idle timeout) and exits 0.
+#[test]
+fn sigterm_releases_open_traces() {
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "1h"),
+        ("STORMGLASS_ASSEMBLY__MAX_AGE", "2h"),
+    ]);
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(format!("http://{}/v1/traces", server.http))
+        .build()
+        .unwrap();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource("gateway"))
+        .build();
+    emit(provider, 4);
+    assert_eq!(server.metric("stormglass_assembly_traces", &[]), 4.0);
+    let (ok, stderr) = server.terminate();
+    assert!(ok, "non-zero exit: {stderr}");
+    assert!(
+        stderr.contains("released every open trace at shutdown traces=4"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("assembly drained open_spans=0"), "{stderr}");
+}
+
+/// Over assembly.max_spans: exporters are told to retry and /readyz reports not ready.
+#[test]
+fn memory_bound_is_retryable_and_visible() {
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__MAX_SPANS", "3"),
+        ("STORMGLASS_ASSEMBLY__IDLE", "1h"),
+        ("STORMGLASS_ASSEMBLY__MAX_AGE", "2h"),
+    ]);
+    assert_eq!(get(&format!("http://{}/readyz", server.api)).0, 200);
+    let url = format!("http://{}/v1/traces", server.http);
+    let body = |n: u8| -> String {
+        let spans: Vec<String> = (1..=n)
+            .map(|i| format!(r#"{{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"00000000000000{i:02x}","name":"x","startTimeUnixNano":"1","endTimeUnixNano":"2"}}"#))
+            .collect();
+        format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+            spans.join(",")
+        )
+    };
+    let client = reqwest::blocking::Client::new();
+    let post = |n| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body(n))
+            .send()
+            .unwrap()
+    };
+    let refused = post(4);
+    assert_eq!(refused.status().as_u16(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(post(3).status().as_u16(), 200);
+    assert_eq!(get(&format!("http://{}/readyz", server.api)).0, 503);
+    assert_eq!(get(&format!("http://{}/healthz", server.api)).0, 200);
+    assert_eq!(
+        server.metric(
+            "stormglass_receiver_refused_spans_total",
+            &["reason=\"memory_limit\""]
+        ),
+        4.0
+    );
+}
+
+/// A bad configuration stops start-up with every problem named by its key.
+#[test]
+fn config_errors_name_the_key() {
+    let dir = std::env::temp_dir().join(format!("stormglass-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    let mut file = std::fs::File::create(&path).unwrap();
+    writeln!(
+        file,
+        "[assembly]\nidle = \"soon\"\n[limits]\nmax_request_bytes = 0"
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormglass"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("STORMGLASS_LISTEN__GRPC", "not-an-address")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for key in ["assembly.idle", "limits.max_request_bytes", "listen.grpc"] {
+        assert!(stderr.contains(key), "{key} not named in: {stderr}");
+    }
+}

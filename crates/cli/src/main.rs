@@ -1,1 +1,77 @@
-fn main() {}
+//! `stormglass`: the collector and its tools in one binary. This file owns argument
+//! handling; each command lives in its own module.
+
+mod api;
+mod config;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Tells SREs whether their timeouts and retries help or hurt.
+#[derive(Parser)]
+#[command(name = "stormglass", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the collector: OTLP in, metrics out. With no config: OTLP on 127.0.0.1:4317
+    /// (gRPC) and 127.0.0.1:4318 (HTTP), API and /metrics on 127.0.0.1:9464.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Configuration file (.yaml, .yml or .toml); STORMGLASS_* variables override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// OTLP/gRPC listen address (listen.grpc).
+    #[arg(long, value_name = "ADDR")]
+    grpc_listen: Option<String>,
+    /// OTLP/HTTP listen address (listen.http).
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<String>,
+    /// API and /metrics listen address (listen.api).
+    #[arg(long, value_name = "ADDR")]
+    api_listen: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stormglass: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let flags: config::Overrides = [
+        ("listen.grpc", args.grpc_listen),
+        ("listen.http", args.http_listen),
+        ("listen.api", args.api_listen),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|v| (key, v)))
+    .collect();
+    let config = config::load(args.config.as_deref(), std::env::vars(), &flags)?;
+    tokio::runtime::Runtime::new()?.block_on(serve::run(config))
+}

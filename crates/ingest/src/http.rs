@@ -120,8 +120,15 @@ async fn decode(
 fn encode_response<M: Message + serde::Serialize>(encoding: BodyEncoding, message: &M) -> Vec<u8> {
     match encoding {
         BodyEncoding::Protobuf => message.encode_to_vec(),
-        // Serialising a generated message cannot fail: no maps with non-string keys.
-        BodyEncoding::Json => serde_json::to_vec(message).unwrap_or_default(),
+        // Unset fields are omitted (`{}`), as protobuf's JSON mapping writes them, rather
+        // than serialised as `null`. Serialising a generated message cannot fail.
+        BodyEncoding::Json => {
+            let mut value = serde_json::to_value(message).unwrap_or_default();
+            if let serde_json::Value::Object(map) = &mut value {
+                map.retain(|_, v| !v.is_null());
+            }
+            value.to_string().into_bytes()
+        }
     }
 }
 

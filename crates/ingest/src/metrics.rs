@@ -24,7 +24,7 @@ impl IngestMetrics {
                 registry.register(Box::new(c.clone()))?;
                 Ok(c)
             };
-        Ok(IngestMetrics {
+        let metrics = IngestMetrics {
             accepted_spans: counter(
                 "stormglass_receiver_accepted_spans_total",
                 "Spans accepted by a receiver and handed to trace assembly.",
@@ -45,7 +45,23 @@ impl IngestMetrics {
                 "Contract attributes present but unreadable (kept in the attributes map).",
                 &["field"],
             )?,
-        })
+        };
+        // Series exist from the start (at 0), so rates and dashboards have no gaps.
+        for transport in [
+            Transport::Grpc,
+            Transport::HttpProtobuf,
+            Transport::HttpJson,
+        ] {
+            metrics
+                .accepted_spans
+                .with_label_values(&[transport.as_str()]);
+            for reason in ["invalid", "memory_limit"] {
+                metrics
+                    .refused_spans
+                    .with_label_values(&[transport.as_str(), reason]);
+            }
+        }
+        Ok(metrics)
     }
 
     /// Metrics registered into a private registry, for tests and tools that do not export.

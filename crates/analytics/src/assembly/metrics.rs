@@ -50,6 +50,13 @@ impl AssemblyMetrics {
             &["reason"],
         )?;
         registry.register(Box::new(released_traces.clone()))?;
+        for reason in [
+            ReleaseReason::Idle,
+            ReleaseReason::MaxAge,
+            ReleaseReason::Shutdown,
+        ] {
+            released_traces.with_label_values(&[reason.as_str()]);
+        }
         Ok(AssemblyMetrics {
             spans: gauge(
                 "stormglass_assembly_spans",

@@ -1,0 +1,77 @@
+//! The API server: `/metrics` (Prometheus text exposition of the process registry),
+//! `/healthz` (the process is up) and `/readyz` (it is accepting spans: receivers bound and
+//! assembly under its memory bound).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+use stormglass_analytics::Assembly;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Clone)]
+struct ApiState {
+    registry: Registry,
+    assembly: Arc<Assembly>,
+}
+
+pub fn router(registry: Registry, assembly: Arc<Assembly>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(ApiState { registry, assembly })
+}
+
+/// Bind the API listener and serve until `shutdown`; returns the bound address.
+pub async fn start(
+    addr: SocketAddr,
+    router: Router,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen for the API on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stormglass_ingest::server::wait_for(shutdown))
+            .await
+    });
+    Ok((bound, task))
+}
+
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let encoder = TextEncoder::new();
+    let mut body = Vec::new();
+    match encoder.encode(&state.registry.gather(), &mut body) {
+        Ok(()) => (
+            [(header::CONTENT_TYPE, encoder.format_type().to_owned())],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics failed: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn ready(State(state): State<ApiState>) -> Response {
+    if state.assembly.has_room() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: assembly is at assembly.max_spans; exporters are being asked to retry\n",
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,394 @@
+//! Configuration: embedded defaults, overridden by a YAML or TOML file, then by
+//! `STORMGLASS_*` environment variables, then by command-line flags.
+//!
+//! All three sources are merged as one value tree before anything is typed, so a key means
+//! the same thing everywhere (`assembly.idle` in the file, `STORMGLASS_ASSEMBLY__IDLE` in the
+//! environment). Each top-level section is then deserialised on its own and validated, and
+//! every problem is reported at once, each with its key path.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use stormglass_analytics::AssemblyConfig;
+
+/// Prefix of environment overrides; `__` separates key path segments.
+pub const ENV_PREFIX: &str = "STORMGLASS_";
+
+/// The whole configuration of `stormglass serve`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Config {
+    pub listen: ListenConfig,
+    pub limits: LimitsConfig,
+    pub assembly: AssemblyConfig,
+}
+
+/// `listen.*`: where the receivers and the API listen. Port 0 picks a free port.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub api: SocketAddr,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            grpc: SocketAddr::from(([127, 0, 0, 1], 4317)),
+            http: SocketAddr::from(([127, 0, 0, 1], 4318)),
+            api: SocketAddr::from(([127, 0, 0, 1], 9464)),
+        }
+    }
+}
+
+/// `limits.*`: per-request bounds.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest OTLP request, in bytes, measured after decompression.
+    pub max_request_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_request_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Every problem found, each as (key path, message).
+#[derive(Debug, PartialEq)]
+pub struct ConfigErrors(pub Vec<(String, String)>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid configuration ({} problems):", self.0.len())?;
+        for (key, message) in &self.0 {
+            writeln!(f, "  {key}: {message}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Command-line overrides, as key paths.
+pub type Overrides = Vec<(&'static str, String)>;
+
+/// Load the configuration from an optional file, the environment and flag overrides.
+pub fn load(
+    file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    flags: &Overrides,
+) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut tree = match file {
+        Some(path) => read_file(path).unwrap_or_else(|e| {
+            errors.push(("(file)".to_owned(), e));
+            Value::Object(Map::new())
+        }),
+        None => Value::Object(Map::new()),
+    };
+    for (name, value) in env {
+        if let Some(path) = name.strip_prefix(ENV_PREFIX) {
+            let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+            set(&mut tree, &keys, scalar(&value));
+        }
+    }
+    for (key, value) in flags {
+        let keys: Vec<String> = key.split('.').map(str::to_owned).collect();
+        set(&mut tree, &keys, Value::String(value.clone()));
+    }
+    let config = from_tree(tree, &mut errors);
+    if errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Type each section of the merged tree, collecting errors instead of stopping at the first.
+fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
+    let Value::Object(mut sections) = tree else {
+        errors.push((
+            "(root)".to_owned(),
+            "the configuration must be a mapping of sections".to_owned(),
+        ));
+        return Config::default();
+    };
+    let config = Config {
+        listen: section(&mut sections, "listen", errors),
+        limits: section(&mut sections, "limits", errors),
+        assembly: section(&mut sections, "assembly", errors),
+    };
+    for unknown in sections.keys() {
+        errors.push((
+            unknown.clone(),
+            "unknown section; expected one of listen, limits, assembly".to_owned(),
+        ));
+    }
+    if config.limits.max_request_bytes == 0 {
+        errors.push((
+            "limits.max_request_bytes".to_owned(),
+            "must be greater than 0 (default 67108864, 64 MiB)".to_owned(),
+        ));
+    }
+    errors.extend(config.assembly.validate("assembly"));
+    config
+}
+
+/// Type one section. On an error at some key, record it (with the value found there),
+/// remove that key so its default applies, and try again: every bad key of the section is
+/// reported, not only the first one serde meets.
+fn section<T: DeserializeOwned + Default>(
+    sections: &mut Map<String, Value>,
+    name: &str,
+    errors: &mut Vec<(String, String)>,
+) -> T {
+    let Some(mut value) = sections.remove(name) else {
+        return T::default();
+    };
+    loop {
+        let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(typed) => return typed,
+            Err(e) => e,
+        };
+        let segments: Vec<String> = error
+            .path()
+            .iter()
+            .map(|segment| segment.to_string())
+            .filter(|segment| segment != ".")
+            .collect();
+        let key = std::iter::once(name.to_owned())
+            .chain(segments.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(".");
+        let found = lookup(&value, &segments)
+            .filter(|v| !v.is_object() && !v.is_array())
+            .map(|v| format!(" (found {v})"))
+            .unwrap_or_default();
+        errors.push((key, format!("{}{found}", error.into_inner())));
+        if segments.is_empty() || !remove(&mut value, &segments) {
+            return T::default();
+        }
+    }
+}
+
+fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |node, key| node.get(key))
+}
+
+/// Remove the key at `path`; false when there was nothing to remove.
+fn remove(value: &mut Value, path: &[String]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let parent = parents
+        .iter()
+        .try_fold(value, |node, key| node.get_mut(key));
+    match parent {
+        Some(Value::Object(map)) => map.remove(last).is_some(),
+        _ => false,
+    }
+}
+
+fn read_file(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let value: Value = match extension {
+        "yaml" | "yml" => serde_saphyr::from_str(&text)
+            .map_err(|e| format!("{} is not valid YAML: {e}", path.display()))?,
+        "toml" => toml::from_str(&text)
+            .map_err(|e| format!("{} is not valid TOML: {e}", path.display()))?,
+        _ => {
+            return Err(format!(
+                "{}: unknown format; name the file .yaml, .yml or .toml",
+                path.display()
+            ));
+        }
+    };
+    // An empty YAML document is an empty configuration.
+    Ok(if value.is_null() {
+        Value::Object(Map::new())
+    } else {
+        value
+    })
+}
+
+/// Set `keys` in `tree`, creating mappings on the way (a scalar in the way is replaced).
+fn set(tree: &mut Value, keys: &[String], value: Value) {
+    let Some((last, parents)) = keys.split_last() else {
+        return;
+    };
+    let mut node = tree;
+    for key in parents {
+        if !node.is_object() {
+            *node = Value::Object(Map::new());
+        }
+        let Value::Object(map) = node else {
+            unreachable!("just made an object")
+        };
+        node = map
+            .entry(key.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !node.is_object() {
+        *node = Value::Object(Map::new());
+    }
+    if let Value::Object(map) = node {
+        map.insert(last.clone(), value);
+    }
+}
+
+/// An environment value as the scalar it spells: integer, float, boolean, else string.
+fn scalar(text: &str) -> Value {
+    if let Ok(i) = text.parse::<i64>() {
+        Value::from(i)
+    } else if let Ok(f) = text.parse::<f64>() {
+        Value::from(f)
+    } else if let Ok(b) = text.parse::<bool>() {
+        Value::Bool(b)
+    } else {
+        Value::String(text.to_owned())
+    }
+}
+
+/// The example configuration shown in the README, every key at its default.
+#[cfg(test)]
+const EXAMPLE_YAML: &str = include_str!("../stormglass.example.yaml");
+
+/// Render the effective configuration as flat `key = value` lines (for the start-up log).
+pub fn describe(config: &Config) -> BTreeMap<&'static str, String> {
+    let a = &config.assembly;
+    BTreeMap::from([
+        ("listen.grpc", config.listen.grpc.to_string()),
+        ("listen.http", config.listen.http.to_string()),
+        ("listen.api", config.listen.api.to_string()),
+        (
+            "limits.max_request_bytes",
+            config.limits.max_request_bytes.to_string(),
+        ),
+        (
+            "assembly.idle",
+            humantime::format_duration(a.idle).to_string(),
+        ),
+        (
+            "assembly.max_age",
+            humantime::format_duration(a.max_age).to_string(),
+        ),
+        ("assembly.max_spans", a.max_spans.to_string()),
+        (
+            "assembly.late_memory",
+            humantime::format_duration(a.late_memory).to_string(),
+        ),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn write(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("stormglass-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// No file, no environment: the embedded defaults of DESIGN.md.
+    #[test]
+    fn defaults() {
+        let config = load(None, [], &vec![]).unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.listen.grpc.to_string(), "127.0.0.1:4317");
+        assert_eq!(config.assembly.idle, Duration::from_secs(10));
+    }
+
+    /// The README's example file loads and equals the defaults it documents.
+    #[test]
+    fn example_config_is_the_defaults() {
+        let path = write("example.yaml", EXAMPLE_YAML);
+        assert_eq!(load(Some(&path), [], &vec![]).unwrap(), Config::default());
+    }
+
+    /// YAML and TOML spell the same configuration.
+    #[test]
+    fn yaml_and_toml_agree() {
+        let yaml = write(
+            "a.yaml",
+            "assembly:\n  idle: 2s\n  max_spans: 10\nlisten:\n  grpc: 127.0.0.1:0\n",
+        );
+        let toml = write(
+            "a.toml",
+            "[assembly]\nidle = \"2s\"\nmax_spans = 10\n[listen]\ngrpc = \"127.0.0.1:0\"\n",
+        );
+        let a = load(Some(&yaml), [], &vec![]).unwrap();
+        assert_eq!(a, load(Some(&toml), [], &vec![]).unwrap());
+        assert_eq!(a.assembly.idle, Duration::from_secs(2));
+        assert_eq!(a.assembly.max_spans, 10);
+        assert_eq!(a.listen.grpc.port(), 0);
+    }
+
+    /// Environment beats the file, flags beat the environment.
+    #[test]
+    fn override_order() {
+        let path = write(
+            "b.yaml",
+            "assembly:\n  idle: 2s\nlisten:\n  http: 127.0.0.1:1\n",
+        );
+        let env = [
+            ("STORMGLASS_ASSEMBLY__IDLE".to_owned(), "3s".to_owned()),
+            ("STORMGLASS_ASSEMBLY__MAX_SPANS".to_owned(), "7".to_owned()),
+            (
+                "STORMGLASS_LISTEN__HTTP".to_owned(),
+                "127.0.0.1:2".to_owned(),
+            ),
+            ("OTHER".to_owned(), "x".to_owned()),
+        ];
+        let flags = vec![("listen.http", "127.0.0.1:3".to_owned())];
+        let config = load(Some(&path), env, &flags).unwrap();
+        assert_eq!(config.assembly.idle, Duration::from_secs(3));
+        assert_eq!(config.assembly.max_spans, 7);
+        assert_eq!(config.listen.http.port(), 3);
+    }
+
+    /// Every problem is reported at once, each naming its key.
+    #[test]
+    fn errors_name_their_keys() {
+        let path = write(
+            "bad.yaml",
+            "assembly:\n  idle: soon\nlisten:\n  grpc: nowhere\nlimits:\n  max_request_bytes: 0\nanalytic:\n  x: 1\n",
+        );
+        let env = [("STORMGLASS_ASSEMBLY__IDEL".to_owned(), "1s".to_owned())];
+        let errors = load(Some(&path), env, &vec![]).unwrap_err();
+        let keys: Vec<&str> = errors.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(keys.contains(&"listen.grpc"), "{errors}");
+        assert!(keys.contains(&"limits.max_request_bytes"), "{errors}");
+        assert!(keys.contains(&"analytic"), "{errors}");
+        assert!(keys.contains(&"assembly.idle"), "{errors}");
+        assert!(keys.contains(&"assembly.idel"), "{errors}");
+        assert_eq!(keys.len(), 5, "{errors}");
+        assert!(
+            errors.to_string().contains("(found \"nowhere\")"),
+            "{errors}"
+        );
+    }
+
+    /// A file in an unknown format is refused with a message naming the fix.
+    #[test]
+    fn unknown_file_format() {
+        let path = write("c.json", "{}");
+        let errors = load(Some(&path), [], &vec![]).unwrap_err();
+        assert!(errors.0[0].1.contains(".yaml, .yml or .toml"));
+    }
+}
