@@ -42,6 +42,20 @@ fn resource(service: &str) -> Resource {
         .build()
 }
 
+/// A tracer provider exporting to `server` over OTLP/HTTP with `protocol`.
+fn http_provider(server: &Server, protocol: Protocol) -> SdkTracerProvider {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol)
+        .with_endpoint(format!("http://{}/v1/traces", server.http))
+        .build()
+        .unwrap();
+    SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource("gateway"))
+        .build()
+}
+
 /// Spans exported by the SDK's OTLP exporters over gRPC (plain and gzip), HTTP/protobuf and
 /// HTTP/JSON all arrive, are counted per transport, and assembled and released; at rest
 /// accepted = released + late + open.
@@ -69,21 +83,8 @@ fn real_sdk_exporters_over_every_transport() {
         })
         .sum();
 
-    let http = |protocol| {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(protocol)
-            .with_endpoint(format!("http://{}/v1/traces", server.http))
-            .build()
-            .unwrap();
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(resource("gateway"))
-            .build();
-        emit(provider, 7)
-    };
-    let proto_spans = http(Protocol::HttpBinary);
-    let json_spans = http(Protocol::HttpJson);
+    let proto_spans = emit(http_provider(&server, Protocol::HttpBinary), 7);
+    let json_spans = emit(http_provider(&server, Protocol::HttpJson), 7);
 
     let accepted = |t: &str| server.metric("stormglass_receiver_accepted_spans_total", &[t]);
     assert_eq!(accepted("transport=\"grpc\"") as usize, grpc_spans);
@@ -122,17 +123,7 @@ fn sigterm_releases_open_traces() {
         ("STORMGLASS_ASSEMBLY__IDLE", "1h"),
         ("STORMGLASS_ASSEMBLY__MAX_AGE", "2h"),
     ]);
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(format!("http://{}/v1/traces", server.http))
-        .build()
-        .unwrap();
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource("gateway"))
-        .build();
-    emit(provider, 4);
+    emit(http_provider(&server, Protocol::HttpBinary), 4);
     assert_eq!(server.metric("stormglass_assembly_traces", &[]), 4.0);
     let (ok, stderr) = server.terminate();
     assert!(ok, "non-zero exit: {stderr}");
