@@ -234,7 +234,9 @@ impl<'c> SpanBatchBuilder<'c> {
                 .and_then(|n| i32::try_from(n).ok())
                 .filter(|n| *n >= 0)
         });
-        let cause = r.take(Concept::Cause, conventions::render);
+        let cause = r
+            .take(Concept::Cause, conventions::render)
+            .map(|c| Outcome::normalise_cause(&c));
         let deadline = r
             .take(Concept::Deadline, conventions::as_budget_ms)
             .or_else(|| {
@@ -271,7 +273,7 @@ impl<'c> SpanBatchBuilder<'c> {
             _ => r
                 .str(Concept::Route)
                 .filter(|s| !s.is_empty())
-                .unwrap_or(&span.name)
+                .unwrap_or_else(|| strip_grpc_prefix(&span.name))
                 .to_owned(),
         };
         let signals = OutcomeSignals {
@@ -410,6 +412,15 @@ fn validate(span: &Span) -> Result<(i64, i64), SpanRejection> {
         return Err(SpanRejection::EndBeforeStart);
     }
     Ok((start, end))
+}
+
+/// gRPC's per-attempt tracing names the call, attempt and server spans `Sent.M`,
+/// `Attempt.M` and `Recv.M`; all three are operation `M`.
+fn strip_grpc_prefix(name: &str) -> &str {
+    ["Sent.", "Attempt.", "Recv."]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
+        .unwrap_or(name)
 }
 
 fn find_str<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {

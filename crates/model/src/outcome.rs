@@ -100,22 +100,40 @@ impl Outcome {
     /// Class of an `error.type` value. Semantic conventions set `error.type` only on failed
     /// operations, so an unrecognised value is a failure of unknown cause: `server_error`.
     pub fn from_error_type(error_type: &str) -> Outcome {
-        let e = error_type.to_ascii_lowercase();
+        Outcome::from_keyword(error_type).unwrap_or(Outcome::ServerError)
+    }
+
+    /// The class a free-text reason names (`"timeout"`, `"connection refused"`, `"503"`,
+    /// a class name itself), or `None` when it names none.
+    pub fn from_keyword(text: &str) -> Option<Outcome> {
+        let e = text.trim().to_ascii_lowercase();
         let has = |needle: &str| e.contains(needle);
-        if has("timeout") || has("timed out") || has("deadline") {
-            Outcome::Deadline
+        if let Some(class) = Outcome::ALL.into_iter().find(|c| c.as_str() == e) {
+            Some(class)
+        } else if has("timeout") || has("timed out") || has("deadline") {
+            Some(Outcome::Deadline)
         } else if has("cancel") {
             // cancelled, canceled, ctx_cancelled, context canceled
-            Outcome::Cancelled
+            Some(Outcome::Cancelled)
         } else if has("refused") || has("reset") || has("unavailable") || has("unreachable") {
-            Outcome::Unavailable
+            Some(Outcome::Unavailable)
         } else if has("throttl") || has("rate_limit") || has("too_many_requests") {
-            Outcome::Throttled
+            Some(Outcome::Throttled)
         } else if let Ok(status) = e.parse::<u16>() {
             // HTTP instrumentations put the status code as text into error.type.
-            Outcome::from_http_status(i64::from(status)).unwrap_or(Outcome::ServerError)
+            Outcome::from_http_status(i64::from(status))
         } else {
-            Outcome::ServerError
+            None
+        }
+    }
+
+    /// The `retry_cause` column's form of a cause attribute: the outcome class it names
+    /// (so `timeout`, `DEADLINE_EXCEEDED` and `deadline` all read `deadline`), else the text
+    /// lower-cased.
+    pub fn normalise_cause(cause: &str) -> String {
+        match Outcome::from_keyword(cause) {
+            Some(class) => class.as_str().to_owned(),
+            None => cause.trim().to_ascii_lowercase(),
         }
     }
 }
@@ -214,6 +232,10 @@ mod tests {
             Outcome::from_error_type("java.lang.NullPointerException"),
             Outcome::ServerError
         );
+        assert_eq!(Outcome::normalise_cause("DEADLINE_EXCEEDED"), "deadline");
+        assert_eq!(Outcome::normalise_cause("timeout"), "deadline");
+        assert_eq!(Outcome::normalise_cause("Unavailable"), "unavailable");
+        assert_eq!(Outcome::normalise_cause("Leader-Moved"), "leader-moved");
     }
 
     /// Precedence: codes beat error.type, which beats cancel flags, business codes and status.

@@ -1,0 +1,316 @@
+//! The DataFusion side of the analysis: one session per analysed batch of spans.
+//!
+//! Data flow: [`Engine::derive`] registers `spans`, `lineage` (Rust) and `params`, then
+//! materialises every derived table of [`queries::DERIVED`] in order. [`Engine::partials`]
+//! runs [`queries::PARTIALS`] over them: small, mergeable aggregates, the only thing kept per
+//! interval. [`Engine::merge`] registers the union of a window's partials as `p_*` tables
+//! and materialises [`queries::REPORT`]: the window's figures. Live analysis calls
+//! `derive` + `partials` once per interval and `merge` over the window; offline analysis
+//! does the same over one batch holding every span, so both read the same SQL.
+
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::MemTable;
+use datafusion::error::DataFusionError;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use serde::Deserialize;
+
+use crate::histogram;
+use crate::lineage::{LINEAGE, lineage};
+use crate::queries::{self, Query};
+
+/// `advice.*`, `orphans.*` and `deadlines.*`: the thresholds the SQL reads from `params`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    pub deadline_tolerance_ms: f64,
+    pub orphan_grace_ms: f64,
+    pub min_backoff_ms: f64,
+    pub timeout_factor: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            deadline_tolerance_ms: 1.0,
+            orphan_grace_ms: 5.0,
+            min_backoff_ms: 5.0,
+            timeout_factor: 1.5,
+        }
+    }
+}
+
+impl Params {
+    fn batch(&self) -> RecordBatch {
+        let fields = [
+            ("deadline_tolerance_ms", self.deadline_tolerance_ms),
+            ("orphan_grace_ms", self.orphan_grace_ms),
+            ("min_backoff_ms", self.min_backoff_ms),
+            ("timeout_factor", self.timeout_factor),
+        ];
+        let schema = Schema::new(
+            fields
+                .iter()
+                .map(|(name, _)| Field::new(*name, DataType::Float64, false))
+                .collect::<Vec<_>>(),
+        );
+        let columns = fields
+            .iter()
+            .map(|(_, v)| Arc::new(Float64Array::from(vec![*v])) as _)
+            .collect();
+        match RecordBatch::try_new(Arc::new(schema), columns) {
+            Ok(batch) => batch,
+            Err(e) => unreachable!("params columns match their schema: {e}"),
+        }
+    }
+}
+
+/// A query failed; names the query so the SQL file is easy to find.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error("query {name} failed")]
+    Query {
+        name: String,
+        #[source]
+        source: DataFusionError,
+    },
+}
+
+/// A materialised table: its schema (kept even when empty) and batches.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Table {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// One interval's partial aggregates, in [`queries::PARTIALS`] order, with what was analysed.
+#[derive(Clone, Debug)]
+pub struct Partials {
+    pub tables: Vec<(&'static str, Table)>,
+    pub spans: usize,
+    pub traces: usize,
+    /// Earliest span start and latest span end analysed (Unix ns), when any.
+    pub span_range: Option<(i64, i64)>,
+}
+
+impl Partials {
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Engine {
+    pub params: Params,
+}
+
+impl Engine {
+    pub fn new(params: Params) -> Self {
+        Engine { params }
+    }
+
+    fn session() -> SessionContext {
+        // Two partitions: the batches analysed are one interval's, and the machines small.
+        let config = SessionConfig::new()
+            .with_target_partitions(2)
+            .with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        histogram::register(&ctx);
+        ctx
+    }
+
+    /// A session over `spans` with `lineage`, `params` and every derived table registered.
+    pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
+        let ctx = Self::session();
+        let lineage = lineage(&spans);
+        register(&ctx, "spans", spans.schema(), vec![spans])?;
+        register(&ctx, LINEAGE, lineage.schema(), vec![lineage])?;
+        let params = self.params.batch();
+        register(&ctx, "params", params.schema(), vec![params])?;
+        for query in queries::DERIVED {
+            let table = run(&ctx, query).await?;
+            register(&ctx, query.name, table.schema, table.batches)?;
+        }
+        Ok(ctx)
+    }
+
+    /// The partial aggregates of a derived session.
+    pub async fn partials(&self, ctx: &SessionContext) -> Result<Partials, AnalysisError> {
+        let mut tables = Vec::with_capacity(queries::PARTIALS.len());
+        for query in queries::PARTIALS {
+            tables.push((query.name, run(ctx, query).await?));
+        }
+        let spans = count(ctx, "SELECT COUNT(*) FROM spans").await?;
+        let traces = count(ctx, "SELECT COUNT(DISTINCT trace_id) FROM spans").await?;
+        let range = span_range(ctx).await?;
+        Ok(Partials {
+            tables,
+            spans,
+            traces,
+            span_range: range,
+        })
+    }
+
+    /// Derive and aggregate one batch of spans.
+    pub async fn analyse(&self, spans: RecordBatch) -> Result<Partials, AnalysisError> {
+        let ctx = self.derive(spans).await?;
+        self.partials(&ctx).await
+    }
+
+    /// A session with the union of `window`'s partials as `p_*` tables and every report
+    /// table materialised.
+    pub async fn merge(&self, window: &[Arc<Partials>]) -> Result<SessionContext, AnalysisError> {
+        let ctx = Self::session();
+        let params = self.params.batch();
+        register(&ctx, "params", params.schema(), vec![params])?;
+        self.merge_into(&ctx, window).await?;
+        Ok(ctx)
+    }
+
+    /// One session over `spans` with the derived tables and the report tables (`edges`,
+    /// `layers`, ...) of that data as one window: what `stormglass query` runs SQL against.
+    pub async fn query_context(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
+        let ctx = self.derive(spans).await?;
+        let partials = Arc::new(self.partials(&ctx).await?);
+        self.merge_into(&ctx, &[partials]).await?;
+        Ok(ctx)
+    }
+
+    async fn merge_into(
+        &self,
+        ctx: &SessionContext,
+        window: &[Arc<Partials>],
+    ) -> Result<(), AnalysisError> {
+        // An empty window still needs every partial's schema: take them from empty data.
+        let empty;
+        let window = if window.is_empty() {
+            let spans = RecordBatch::new_empty(stormglass_model::SPANS_SCHEMA.clone());
+            empty = [Arc::new(self.analyse(spans).await?)];
+            &empty[..]
+        } else {
+            window
+        };
+        for query in queries::PARTIALS {
+            let mut schema = None;
+            let mut batches = Vec::new();
+            for partials in window {
+                if let Some(table) = partials.table(query.name) {
+                    schema.get_or_insert_with(|| table.schema.clone());
+                    batches.extend(table.batches.iter().cloned());
+                }
+            }
+            let Some(schema) = schema else {
+                unreachable!("every Partials holds every partial query");
+            };
+            register(ctx, &queries::merged_name(query.name), schema, batches)?;
+        }
+        for query in queries::REPORT {
+            let table = run(ctx, query).await?;
+            register(ctx, query.name, table.schema, table.batches)?;
+        }
+        Ok(())
+    }
+}
+
+/// Run one registered query to completion.
+pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisError> {
+    let failed = |source| AnalysisError::Query {
+        name: query.name.to_owned(),
+        source,
+    };
+    let frame = ctx.sql(query.sql).await.map_err(failed)?;
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let batches = frame.collect().await.map_err(failed)?;
+    Ok(Table { schema, batches })
+}
+
+/// Read a materialised table of a session.
+pub async fn table(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
+    let failed = |source| AnalysisError::Query {
+        name: name.to_owned(),
+        source,
+    };
+    let frame = ctx.table(name).await.map_err(failed)?;
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let batches = frame.collect().await.map_err(failed)?;
+    Ok(Table { schema, batches })
+}
+
+/// Register batches as a table. The registered schema is the batches' own (a plan's
+/// declared types can differ from what it produces, e.g. `Utf8` vs `Utf8View`), relaxed to
+/// all-nullable top-level fields, and every batch is cast onto it: partials of different
+/// intervals meet in one table, so it must admit them all.
+fn register(
+    ctx: &SessionContext,
+    name: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<(), AnalysisError> {
+    let failed = |source| AnalysisError::Query {
+        name: name.to_owned(),
+        source,
+    };
+    let arrow_failed = |e| failed(DataFusionError::ArrowError(Box::new(e), None));
+    let base = batches.first().map_or(schema, RecordBatch::schema);
+    let relaxed: SchemaRef = Arc::new(Schema::new(
+        base.fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let batches = batches
+        .into_iter()
+        .map(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .zip(relaxed.fields())
+                .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(relaxed.clone(), columns)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(arrow_failed)?;
+    let table = MemTable::try_new(relaxed, vec![batches]).map_err(failed)?;
+    ctx.register_table(name, Arc::new(table)).map_err(failed)?;
+    Ok(())
+}
+
+async fn count(ctx: &SessionContext, sql: &'static str) -> Result<usize, AnalysisError> {
+    let table = run(ctx, &Query { name: "count", sql }).await?;
+    Ok(table
+        .batches
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .map(|a| a.value(0))
+        })
+        .map_or(0, |n| usize::try_from(n).unwrap_or(0)))
+}
+
+async fn span_range(ctx: &SessionContext) -> Result<Option<(i64, i64)>, AnalysisError> {
+    #[derive(Deserialize)]
+    struct Range {
+        start: Option<i64>,
+        end: Option<i64>,
+    }
+    let table = run(
+        ctx,
+        &Query {
+            name: "span_range",
+            sql: "SELECT MIN(start_ns) AS start, MAX(end_ns) AS end FROM spans",
+        },
+    )
+    .await?;
+    let rows: Vec<Range> = crate::report::rows(&table);
+    Ok(rows.first().and_then(|r| r.start.zip(r.end)))
+}

@@ -1,0 +1,178 @@
+//! Ancestor walks, the part of the analysis SQL expresses badly, computed in Rust over the
+//! Arrow columns and registered as the `lineage` table that the SQL joins.
+//!
+//! One row per span, keyed by (trace_id, span_id):
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `upstream_retry` | some ancestor (not the span itself) has attempt number > 0; an attempt is a *baseline* attempt (one the layer would receive with no retries anywhere upstream) when its own number is 0 and this is false |
+//! | `anchor_deadline_ms`, `anchor_start_ns` | the nearest ancestor carrying a deadline, and when it started: the budget a child must fit in |
+//! | `upstream_attempt_span_id` | the nearest ancestor that is a client span or carries an attempt number: the attempt this span's work was done for |
+//! | `root_span_id` | the topmost ancestor present in the trace (the span itself when it has none) |
+//! | `depth` | number of ancestors present |
+//!
+//! Each span's values derive from its parent's, so every span is computed once (memoised,
+//! iteratively, so deep traces cannot overflow the stack). A parent cycle in bad data is
+//! cut where it closes: that span is treated as a root.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Float64Array, Int32Array,
+    Int64Array, RecordBatch,
+};
+use arrow::datatypes::{DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef};
+use stormglass_model::schema::{self as col, SPAN_ID_LEN, TRACE_ID_LEN};
+
+/// Name of the registered table.
+pub const LINEAGE: &str = "lineage";
+
+pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new(
+            col::TRACE_ID,
+            DataType::FixedSizeBinary(TRACE_ID_LEN),
+            false,
+        ),
+        Field::new(col::SPAN_ID, DataType::FixedSizeBinary(SPAN_ID_LEN), false),
+        Field::new("upstream_retry", DataType::Boolean, false),
+        Field::new("anchor_deadline_ms", DataType::Float64, true),
+        Field::new("anchor_start_ns", DataType::Int64, true),
+        Field::new(
+            "upstream_attempt_span_id",
+            DataType::FixedSizeBinary(SPAN_ID_LEN),
+            true,
+        ),
+        Field::new(
+            "root_span_id",
+            DataType::FixedSizeBinary(SPAN_ID_LEN),
+            false,
+        ),
+        Field::new("depth", DataType::Int32, false),
+    ]))
+});
+
+#[derive(Clone, Copy)]
+struct Node {
+    upstream_retry: bool,
+    anchor: Option<(f64, i64)>,
+    upstream_attempt: Option<usize>,
+    root: usize,
+    depth: i32,
+}
+
+/// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`]).
+pub fn lineage(spans: &RecordBatch) -> RecordBatch {
+    let column = |name: &str| -> &ArrayRef {
+        match spans.column_by_name(name) {
+            Some(c) => c,
+            None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
+        }
+    };
+    let trace = column(col::TRACE_ID).as_fixed_size_binary();
+    let span = column(col::SPAN_ID).as_fixed_size_binary();
+    let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
+    let attempt = column(col::ATTEMPT).as_primitive::<Int32Type>();
+    let deadline = column(col::DEADLINE_MS).as_primitive::<Float64Type>();
+    let start = column(col::START_NS).as_primitive::<Int64Type>();
+    let kind = column(col::KIND).as_string::<i32>();
+
+    let rows = spans.num_rows();
+    let mut index: HashMap<(&[u8], &[u8]), usize> = HashMap::with_capacity(rows);
+    for row in 0..rows {
+        index.insert((trace.value(row), span.value(row)), row);
+    }
+    let parent_of = |row: usize| -> Option<usize> {
+        if parent.is_null(row) {
+            return None;
+        }
+        index.get(&(trace.value(row), parent.value(row))).copied()
+    };
+    let derive = |p: usize, above: &Node| Node {
+        upstream_retry: above.upstream_retry || (attempt.is_valid(p) && attempt.value(p) > 0),
+        anchor: if deadline.is_valid(p) {
+            Some((deadline.value(p), start.value(p)))
+        } else {
+            above.anchor
+        },
+        upstream_attempt: if kind.value(p) == "client" || attempt.is_valid(p) {
+            Some(p)
+        } else {
+            above.upstream_attempt
+        },
+        root: above.root,
+        depth: above.depth + 1,
+    };
+
+    let mut nodes: Vec<Option<Node>> = vec![None; rows];
+    let mut on_path = vec![false; rows];
+    let mut path = Vec::new();
+    for start_row in 0..rows {
+        // Climb to the first computed ancestor, a root, or a cycle; then fill the path
+        // downwards, each span from its (now computed) parent.
+        let mut row = start_row;
+        while nodes[row].is_none() && !on_path[row] {
+            on_path[row] = true;
+            path.push(row);
+            match parent_of(row) {
+                Some(p) => row = p,
+                None => break,
+            }
+        }
+        while let Some(row) = path.pop() {
+            on_path[row] = false;
+            // A parent still uncomputed here closes a cycle: cut it, this span is a root.
+            let node = match parent_of(row).and_then(|p| nodes[p].map(|above| (p, above))) {
+                Some((p, above)) => derive(p, &above),
+                None => Node {
+                    upstream_retry: false,
+                    anchor: None,
+                    upstream_attempt: None,
+                    root: row,
+                    depth: 0,
+                },
+            };
+            nodes[row] = Some(node);
+        }
+    }
+    build(spans, span, nodes)
+}
+
+fn build(
+    spans: &RecordBatch,
+    span: &FixedSizeBinaryArray,
+    nodes: Vec<Option<Node>>,
+) -> RecordBatch {
+    let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
+    let span_at = |row: usize| span.value(row);
+    let ids = |f: &dyn Fn(&Node) -> Option<usize>| -> FixedSizeBinaryArray {
+        match FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+            nodes.iter().map(|n| f(n).map(span_at)),
+            SPAN_ID_LEN,
+        ) {
+            Ok(a) => a,
+            Err(e) => unreachable!("span ids are {SPAN_ID_LEN} bytes: {e}"),
+        }
+    };
+    let columns: Vec<ArrayRef> = vec![
+        spans.column(0).clone(),
+        spans.column(1).clone(),
+        Arc::new(BooleanArray::from_iter(
+            nodes.iter().map(|n| Some(n.upstream_retry)),
+        )),
+        Arc::new(Float64Array::from_iter(
+            nodes.iter().map(|n| n.anchor.map(|a| a.0)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            nodes.iter().map(|n| n.anchor.map(|a| a.1)),
+        )),
+        Arc::new(ids(&|n| n.upstream_attempt)),
+        Arc::new(ids(&|n| Some(n.root))),
+        Arc::new(Int32Array::from_iter_values(nodes.iter().map(|n| n.depth))),
+    ];
+    match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
+    }
+}

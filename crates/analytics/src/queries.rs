@@ -1,0 +1,63 @@
+//! The registry of `queries/*.sql`, embedded in the binary so it runs from anywhere.
+//!
+//! Three stages, each query reading only tables of earlier stages:
+//! * [`DERIVED`]: views over one batch of spans (plus `lineage` and `params`), materialised
+//!   once per analysis so later queries do not recompute them;
+//! * [`PARTIALS`]: mergeable per-interval aggregates over the derived tables;
+//! * [`REPORT`]: figures over a window, from the merged partials (`p_<name>` tables).
+
+/// A named query; its header comment is its contract.
+#[derive(Clone, Copy, Debug)]
+pub struct Query {
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+macro_rules! query {
+    ($name:literal) => {
+        Query {
+            name: $name,
+            sql: include_str!(concat!("../../../queries/", $name, ".sql")),
+        }
+    };
+}
+
+/// Derived tables, in dependency order.
+pub const DERIVED: &[Query] = &[
+    query!("attempts"),
+    query!("logical_calls"),
+    query!("entries"),
+    query!("orphans"),
+    query!("findings"),
+];
+
+/// Per-interval partial aggregates; each is registered as `p_<name minus "partial_">` for
+/// the report.
+pub const PARTIALS: &[Query] = &[
+    query!("partial_edges"),
+    query!("partial_causes"),
+    query!("partial_timeouts"),
+    query!("partial_layers"),
+    query!("partial_latency"),
+    query!("partial_entries"),
+    query!("partial_traces"),
+    query!("partial_findings"),
+    query!("partial_orphans"),
+    query!("partial_orphan_list"),
+    query!("partial_links"),
+];
+
+/// Window figures, in dependency order.
+pub const REPORT: &[Query] = &[
+    query!("layers"),
+    query!("edges"),
+    query!("edge_causes"),
+    query!("entry_operations"),
+    query!("trace_counts"),
+    query!("finding_counts"),
+];
+
+/// The table name a partial is merged under in the report stage.
+pub fn merged_name(partial: &str) -> String {
+    format!("p_{}", partial.strip_prefix("partial_").unwrap_or(partial))
+}

@@ -1,0 +1,365 @@
+//! The report of METRICS.md ("JSON report"), built from a window's merged partials.
+//!
+//! The figures are read from the report tables ([`crate::queries::REPORT`]) into typed rows;
+//! storm potential (a walk over the call graph, see [`storm_potential`]) and the alerts whose
+//! conditions hold ([`crate::alerts`]) are added here.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::alerts::{self, Alert, AlertThresholds};
+use crate::engine::{AnalysisError, Engine, Partials, Table, table};
+
+/// At most this many orphan pairs are listed (the most recent); all are counted.
+pub const MAX_LISTED_ORPHANS: usize = 100;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// RFC 3339; null when nothing was analysed.
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// Length in seconds (per-minute alert rates divide by it).
+    pub seconds: Option<f64>,
+    pub traces: u64,
+    pub spans: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EdgeFigures {
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub logical_calls: u64,
+    pub attempts: u64,
+    pub retry_attempts: u64,
+    pub raw_success_rate: Option<f64>,
+    pub effective_success_rate: Option<f64>,
+    pub attempt_success_rate: Option<f64>,
+    pub retry_contribution: Option<f64>,
+    pub retry_success_rate: Option<f64>,
+    pub retry_ratio: Option<f64>,
+    #[serde(default)]
+    pub retries_by_cause: BTreeMap<String, u64>,
+    pub edge_amplification: Option<f64>,
+    pub max_attempt: Option<i64>,
+    pub timeout_ms: Option<f64>,
+    pub callee_p999_ms: Option<f64>,
+    pub timeout_below_tail: Option<bool>,
+    pub recommended_timeout_ms: Option<f64>,
+    pub orphan_pairs: u64,
+    pub orphan_work_seconds: f64,
+    pub unsafe_retries: u64,
+    pub timeout_retries_on_writes: u64,
+    pub immediate_retries: u64,
+    pub deadline_inversions: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerFigures {
+    pub service: String,
+    pub requests: u64,
+    pub baseline_attempts: u64,
+    pub amplification: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
+    pub tail_ratio: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EntryFigures {
+    pub service: String,
+    pub operation: String,
+    pub requests: u64,
+    #[serde(default)]
+    pub storm_potential: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceCounts {
+    pub service: String,
+    pub entry_requests: u64,
+    pub multi_layer_retry_traces: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Traces {
+    pub entry_requests: u64,
+    pub multi_layer_retry_traces: u64,
+    pub by_service: Vec<TraceCounts>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Orphan {
+    pub trace_id: String,
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub work_after_cancel_ms: Option<f64>,
+    pub server_outcome: String,
+}
+
+/// Orphan pairs per edge and server outcome (the counters' source).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OrphanCounts {
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub server_outcome: String,
+    pub pairs: u64,
+    pub work_ms: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: String,
+    pub severity: String,
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub count: u64,
+    pub detail: Option<String>,
+    pub example_trace_id: Option<String>,
+}
+
+/// The whole report; its JSON form is the contract of METRICS.md.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub window: Window,
+    pub edges: Vec<EdgeFigures>,
+    pub layers: Vec<LayerFigures>,
+    pub entries: Vec<EntryFigures>,
+    pub traces: Traces,
+    pub orphans: Vec<Orphan>,
+    pub findings: Vec<Finding>,
+    pub alerts: Vec<Alert>,
+}
+
+/// Rows of a table as `T`, via Arrow's JSON writer (nulls kept, so `Option` fields see them).
+pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+    let mut buffer = Vec::new();
+    {
+        let mut writer = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
+        for batch in &table.batches {
+            if let Err(e) = writer.write(batch) {
+                unreachable!("report tables hold only JSON-representable types: {e}");
+            }
+        }
+        if let Err(e) = writer.finish() {
+            unreachable!("finishing a JSON array cannot fail on a Vec: {e}");
+        }
+    }
+    if buffer.is_empty() {
+        return Vec::new();
+    }
+    match serde_json::from_slice(&buffer) {
+        Ok(rows) => rows,
+        Err(e) => unreachable!("report rows follow their query's header contract: {e}"),
+    }
+}
+
+/// Window bounds: given ones (live), else the analysed spans' range (offline).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WindowBounds {
+    pub start_unix_ns: Option<i64>,
+    pub end_unix_ns: Option<i64>,
+}
+
+impl Report {
+    /// Merge `window` and build its report.
+    pub async fn build(
+        engine: &Engine,
+        window: &[Arc<Partials>],
+        bounds: WindowBounds,
+        thresholds: &AlertThresholds,
+    ) -> Result<Report, AnalysisError> {
+        let ctx = engine.merge(window).await?;
+        let mut edges: Vec<EdgeFigures> = rows(&table(&ctx, "edges").await?);
+        #[derive(Deserialize)]
+        struct Cause {
+            caller: String,
+            callee: String,
+            operation: String,
+            cause: String,
+            retries: u64,
+        }
+        let causes: Vec<Cause> = rows(&table(&ctx, "edge_causes").await?);
+        for cause in causes {
+            if let Some(edge) = edges.iter_mut().find(|e| {
+                e.caller == cause.caller
+                    && e.callee == cause.callee
+                    && e.operation == cause.operation
+            }) {
+                edge.retries_by_cause.insert(cause.cause, cause.retries);
+            }
+        }
+        let layers: Vec<LayerFigures> = rows(&table(&ctx, "layers").await?);
+        let mut entries: Vec<EntryFigures> = rows(&table(&ctx, "entry_operations").await?);
+        let links: Vec<Link> = rows(&table(&ctx, "p_links").await?);
+        let potential = storm_potential(&links, &edges);
+        for entry in &mut entries {
+            entry.storm_potential = potential
+                .get(&(entry.service.clone(), entry.operation.clone()))
+                .copied()
+                .unwrap_or(1.0);
+        }
+        let by_service: Vec<TraceCounts> = rows(&table(&ctx, "trace_counts").await?);
+        let traces = Traces {
+            entry_requests: by_service.iter().map(|t| t.entry_requests).sum(),
+            multi_layer_retry_traces: by_service.iter().map(|t| t.multi_layer_retry_traces).sum(),
+            by_service,
+        };
+        let mut orphans: Vec<Orphan> = window
+            .iter()
+            .rev()
+            .filter_map(|p| p.table("partial_orphan_list"))
+            .flat_map(rows::<Orphan>)
+            .take(MAX_LISTED_ORPHANS)
+            .collect();
+        orphans.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
+        let findings: Vec<Finding> = rows(&table(&ctx, "finding_counts").await?);
+
+        let spans: usize = window.iter().map(|p| p.spans).sum();
+        let traces_analysed: usize = window.iter().map(|p| p.traces).sum();
+        let range =
+            window
+                .iter()
+                .filter_map(|p| p.span_range)
+                .fold(None, |acc, (s, e)| match acc {
+                    None => Some((s, e)),
+                    Some((a, b)) => Some((a.min(s), b.max(e))),
+                });
+        let start = bounds.start_unix_ns.or(range.map(|r| r.0));
+        let end = bounds.end_unix_ns.or(range.map(|r| r.1));
+        let seconds = start.zip(end).map(|(s, e)| (e - s).max(0) as f64 / 1e9);
+        let mut report = Report {
+            window: Window {
+                start: start.map(rfc3339),
+                end: end.map(rfc3339),
+                seconds,
+                traces: traces_analysed as u64,
+                spans: spans as u64,
+            },
+            edges,
+            layers,
+            entries,
+            traces,
+            orphans,
+            findings,
+            alerts: Vec::new(),
+        };
+        report.alerts = alerts::evaluate(&report, thresholds);
+        Ok(report)
+    }
+
+    /// Orphan pairs per edge and server outcome over the window (for the counters).
+    pub fn orphan_counts(window: &[Arc<Partials>]) -> Vec<OrphanCounts> {
+        window
+            .iter()
+            .filter_map(|p| p.table("partial_orphans"))
+            .flat_map(rows::<OrphanCounts>)
+            .collect()
+    }
+}
+
+fn rfc3339(unix_ns: i64) -> String {
+    let time = UNIX_EPOCH + Duration::from_nanos(u64::try_from(unix_ns).unwrap_or(0));
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// One row of `p_links`: `edge` is called below `parent` (or directly by the entry).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Link {
+    entry_service: String,
+    entry_operation: String,
+    parent_caller: Option<String>,
+    parent_callee: Option<String>,
+    parent_operation: Option<String>,
+    caller: String,
+    callee: String,
+    operation: String,
+}
+
+type EdgeKey = (String, String, String);
+
+/// Storm potential per entry operation: over the call chains observed below it, the largest
+/// product of (max attempt number observed on the edge + 1). For the usual call tree that
+/// is the product along the deepest chain (27 for three layers retrying 3x each); where two
+/// chains differ, the worse one is what a full outage would do, so it is the one reported.
+/// A cycle in the call graph is cut where it closes. Entries without calls have 1.
+pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String, String), f64> {
+    let factor: HashMap<EdgeKey, f64> = edges
+        .iter()
+        .map(|e| {
+            let key = (e.caller.clone(), e.callee.clone(), e.operation.clone());
+            (key, e.max_attempt.unwrap_or(0).max(0) as f64 + 1.0)
+        })
+        .collect();
+    let mut by_entry: HashMap<(String, String), Vec<&Link>> = HashMap::new();
+    for link in links {
+        by_entry
+            .entry((link.entry_service.clone(), link.entry_operation.clone()))
+            .or_default()
+            .push(link);
+    }
+    by_entry
+        .into_iter()
+        .map(|(entry, links)| {
+            let mut children: HashMap<Option<EdgeKey>, Vec<EdgeKey>> = HashMap::new();
+            for l in &links {
+                let parent = match (&l.parent_caller, &l.parent_callee, &l.parent_operation) {
+                    (Some(a), Some(b), Some(c)) => Some((a.clone(), b.clone(), c.clone())),
+                    _ => None,
+                };
+                let edge = (l.caller.clone(), l.callee.clone(), l.operation.clone());
+                let list = children.entry(parent).or_default();
+                if !list.contains(&edge) {
+                    list.push(edge);
+                }
+            }
+            let mut memo = HashMap::new();
+            let mut on_path = HashSet::new();
+            let best = children
+                .get(&None)
+                .map(|tops| {
+                    tops.iter()
+                        .map(|e| chain_product(e, &children, &factor, &mut memo, &mut on_path))
+                        .fold(1.0, f64::max)
+                })
+                .unwrap_or(1.0);
+            (entry, best)
+        })
+        .collect()
+}
+
+fn chain_product(
+    edge: &EdgeKey,
+    children: &HashMap<Option<EdgeKey>, Vec<EdgeKey>>,
+    factor: &HashMap<EdgeKey, f64>,
+    memo: &mut HashMap<EdgeKey, f64>,
+    on_path: &mut HashSet<EdgeKey>,
+) -> f64 {
+    if let Some(v) = memo.get(edge) {
+        return *v;
+    }
+    if !on_path.insert(edge.clone()) {
+        return 1.0;
+    }
+    let below = children
+        .get(&Some(edge.clone()))
+        .map(|kids| {
+            kids.iter()
+                .map(|k| chain_product(k, children, factor, memo, on_path))
+                .fold(1.0, f64::max)
+        })
+        .unwrap_or(1.0);
+    on_path.remove(edge);
+    let value = factor.get(edge).copied().unwrap_or(1.0) * below;
+    memo.insert(edge.clone(), value);
+    value
+}

@@ -1,0 +1,397 @@
+//! The analysis on hand-built fixtures (tests/fixtures): each failure mode of DESIGN.md
+//! produces the figures computed by hand in its fixture's comment.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fixtures;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arrow::array::RecordBatch;
+use fixtures::Spans;
+use stormglass_analytics::alerts::AlertThresholds;
+use stormglass_analytics::histogram::{bucket, bucket_ms};
+use stormglass_analytics::report::{EdgeFigures, LayerFigures, Report, WindowBounds};
+use stormglass_analytics::{
+    AnalysisMetrics, AnalyticsConfig, Engine, LiveAnalysis, ReleasedTraces, TraceSink, queries,
+};
+use stormglass_model::{Conventions, encode_request};
+
+fn batch(spans: &Spans) -> RecordBatch {
+    let (batch, report) = encode_request(&Conventions::default(), &spans.request());
+    assert_eq!(report.rejected, 0);
+    batch
+}
+
+async fn report(spans: &Spans) -> Report {
+    let engine = Engine::default();
+    let partials = Arc::new(engine.analyse(batch(spans)).await.unwrap());
+    Report::build(
+        &engine,
+        &[partials],
+        WindowBounds::default(),
+        &AlertThresholds::default(),
+    )
+    .await
+    .unwrap()
+}
+
+fn edge<'r>(r: &'r Report, caller: &str, callee: &str) -> &'r EdgeFigures {
+    r.edges
+        .iter()
+        .find(|e| e.caller == caller && e.callee == callee)
+        .unwrap_or_else(|| panic!("no edge {caller}->{callee} in {:#?}", r.edges))
+}
+
+fn layer<'r>(r: &'r Report, service: &str) -> &'r LayerFigures {
+    r.layers
+        .iter()
+        .find(|l| l.service == service)
+        .unwrap_or_else(|| panic!("no layer {service} in {:#?}", r.layers))
+}
+
+fn alerts(r: &Report, name: &str) -> usize {
+    r.alerts.iter().filter(|a| a.name == name).count()
+}
+
+fn findings(r: &Report, kind: &str) -> u64 {
+    r.findings
+        .iter()
+        .filter(|f| f.kind == kind)
+        .map(|f| f.count)
+        .sum()
+}
+
+/// Within the histogram's 2% relative error of `expected`.
+fn near(actual: Option<f64>, expected: f64) -> bool {
+    actual.is_some_and(|a| ((a - expected) / expected).abs() <= 0.02)
+}
+
+/// Every query in queries/ is registered and plans and runs against the span schema.
+#[tokio::test]
+async fn every_query_plans_on_the_schema() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../queries");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".sql")
+                .to_owned()
+        })
+        .collect();
+    files.sort();
+    let mut registered: Vec<String> = [queries::DERIVED, queries::PARTIALS, queries::REPORT]
+        .concat()
+        .iter()
+        .map(|q| q.name.to_owned())
+        .collect();
+    registered.sort();
+    assert_eq!(files, registered, "queries/ and the registry disagree");
+    let r = report(&Spans::default()).await;
+    assert!(r.edges.is_empty() && r.layers.is_empty() && r.alerts.is_empty());
+    assert_eq!(r.window.spans, 0);
+}
+
+/// Three layers retrying 3x each: 27x at the bottom, storm potential 27.
+#[tokio::test]
+async fn retry_storm_three_by_three() {
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    let r = report(&s).await;
+
+    assert_eq!(layer(&r, "gateway").amplification, Some(1.0));
+    assert_eq!(layer(&r, "api").amplification, Some(3.0));
+    assert_eq!(layer(&r, "svc").amplification, Some(9.0));
+    assert_eq!(layer(&r, "db").amplification, Some(27.0));
+    assert_eq!(
+        (layer(&r, "db").requests, layer(&r, "db").baseline_attempts),
+        (27, 1)
+    );
+
+    let db = edge(&r, "svc", "db");
+    assert_eq!(
+        (db.logical_calls, db.attempts, db.retry_attempts),
+        (9, 27, 18)
+    );
+    assert_eq!(db.raw_success_rate, Some(0.0));
+    assert_eq!(db.effective_success_rate, Some(0.0));
+    assert_eq!(db.retry_ratio, Some(2.0));
+    assert_eq!(db.edge_amplification, Some(3.0));
+    assert_eq!(db.retry_success_rate, Some(0.0));
+    assert_eq!(
+        db.retry_contribution, None,
+        "no final ok: empty denominator is null"
+    );
+    assert_eq!(db.retries_by_cause.get("unavailable"), Some(&18));
+    assert_eq!(
+        (
+            edge(&r, "gateway", "api").logical_calls,
+            edge(&r, "api", "svc").attempts
+        ),
+        (1, 9)
+    );
+
+    assert_eq!(r.entries.len(), 1);
+    assert_eq!(r.entries[0].storm_potential, 27.0);
+    assert_eq!(r.traces.multi_layer_retry_traces, 1);
+    assert_eq!(r.traces.entry_requests, 1);
+    assert_eq!(
+        alerts(&r, "StormglassRetryAmplificationHigh"),
+        3,
+        "api, svc, db"
+    );
+    assert_eq!(alerts(&r, "StormglassRetryStormPotential"), 1);
+    assert_eq!(alerts(&r, "StormglassRetriesFailing"), 3);
+    assert_eq!(findings(&r, "multi_layer_retry"), 1);
+}
+
+/// A 200 ms timeout under a 320 ms P99.9: below the tail, recommended 480 ms.
+#[tokio::test]
+async fn timeout_below_callee_p999() {
+    let mut s = Spans::default();
+    fixtures::slow_tail(&mut s, 1000);
+    let r = report(&s).await;
+
+    let inv = layer(&r, "inventory");
+    assert!(near(inv.p99_ms, 50.0), "{inv:?}");
+    assert!(near(inv.p999_ms, 320.0), "{inv:?}");
+    assert_eq!(inv.p999_ms, Some(bucket_ms(bucket(320.0))));
+    // A ratio of two quantiles, each within 2%: exactly their ratio, within ~4% of 6.4.
+    assert_eq!(
+        inv.tail_ratio,
+        Some(inv.p999_ms.unwrap() / inv.p99_ms.unwrap())
+    );
+    assert!(
+        (inv.tail_ratio.unwrap() / 6.4 - 1.0).abs() <= 0.0405,
+        "{inv:?}"
+    );
+
+    let e = edge(&r, "orders", "inventory");
+    assert!(near(e.timeout_ms, 200.0));
+    assert_eq!(e.timeout_below_tail, Some(true));
+    assert!(near(e.recommended_timeout_ms, 480.0));
+    assert_eq!(e.attempt_success_rate, Some(0.997));
+    assert_eq!(e.orphan_pairs, 3);
+    assert!(
+        (e.orphan_work_seconds - 0.3615).abs() < 1e-9,
+        "{}",
+        e.orphan_work_seconds
+    );
+    assert!(r.orphans.iter().all(|o| o.server_outcome == "ok"));
+    assert_eq!(findings(&r, "timeout_below_tail"), 1000);
+    assert_eq!(alerts(&r, "StormglassTimeoutBelowTail"), 1);
+    assert_eq!(alerts(&r, "StormglassTailRatioHigh"), 1);
+}
+
+/// 800 ms split 500 + 400 overcommits; 900 ms under 100 ms left inverts; a dropped
+/// deadline is not propagated.
+#[tokio::test]
+async fn deadline_budgets() {
+    let mut s = Spans::default();
+    fixtures::budgets(&mut s, 1);
+    let r = report(&s).await;
+
+    let over: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == "overcommit")
+        .collect();
+    assert_eq!(over.len(), 1, "{:#?}", r.findings);
+    assert_eq!(
+        (
+            over[0].caller.as_str(),
+            over[0].callee.as_str(),
+            over[0].count
+        ),
+        ("checkout", "payment", 1)
+    );
+    assert!(
+        over[0].detail.as_deref().unwrap().contains("900 ms"),
+        "{:?}",
+        over[0].detail
+    );
+
+    let inv: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == "deadline_inversion")
+        .collect();
+    assert_eq!(inv.len(), 1, "{:#?}", r.findings);
+    assert_eq!((inv[0].callee.as_str(), inv[0].count), ("fraud", 1));
+    assert_eq!(edge(&r, "checkout", "fraud").deadline_inversions, 1);
+    assert_eq!(edge(&r, "checkout", "payment").deadline_inversions, 0);
+
+    let np: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == "not_propagated")
+        .collect();
+    assert_eq!(np.len(), 1);
+    assert_eq!(np[0].callee, "ledger");
+    assert_eq!(
+        alerts(&r, "StormglassDeadlineInversion"),
+        2,
+        "fraud and payment"
+    );
+}
+
+/// A POST retried without a key is unsafe; timed-out writes retried are counted with or
+/// without key; a 2 ms backoff is immediate; the committed orphan is found.
+#[tokio::test]
+async fn unsafe_write_retries() {
+    let mut s = Spans::default();
+    fixtures::unsafe_post(&mut s, 1);
+    let r = report(&s).await;
+    let e = edge(&r, "cart", "orders");
+    assert_eq!((e.logical_calls, e.attempts, e.retry_attempts), (2, 4, 2));
+    assert_eq!(e.unsafe_retries, 1);
+    assert_eq!(e.timeout_retries_on_writes, 2);
+    assert_eq!(e.immediate_retries, 1);
+    assert_eq!(e.retry_success_rate, Some(1.0));
+    assert_eq!(e.retry_contribution, Some(1.0));
+    assert_eq!(e.effective_success_rate, Some(0.0));
+    assert_eq!(e.raw_success_rate, Some(1.0));
+    assert_eq!(e.retries_by_cause.get("deadline"), Some(&2));
+    assert_eq!(e.orphan_pairs, 1);
+    assert!((e.orphan_work_seconds - 0.3).abs() < 1e-9);
+    assert_eq!(r.orphans[0].server_outcome, "ok");
+    assert_eq!(layer(&r, "orders").amplification, Some(2.0));
+    assert_eq!(alerts(&r, "StormglassUnsafeRetries"), 1);
+    assert_eq!(
+        alerts(&r, "StormglassRetryAmplificationHigh"),
+        0,
+        "2.0 is not above 2"
+    );
+    assert_eq!(findings(&r, "unsafe_retry"), 1);
+    assert_eq!(findings(&r, "immediate_retry"), 1);
+    assert_eq!(findings(&r, "timeout_retry_on_write"), 2);
+}
+
+/// A server reporting ctx_cancelled+pending and a missing server span both pair as pending.
+#[tokio::test]
+async fn pending_orphans() {
+    let mut s = Spans::default();
+    fixtures::pending_orphans(&mut s, 1);
+    let r = report(&s).await;
+    let e = edge(&r, "web", "queue");
+    assert_eq!((e.logical_calls, e.orphan_pairs), (2, 2));
+    assert!(
+        (e.orphan_work_seconds - 0.003).abs() < 1e-9,
+        "{}",
+        e.orphan_work_seconds
+    );
+    assert_eq!(r.orphans.len(), 2);
+    assert!(r.orphans.iter().all(|o| o.server_outcome == "pending"));
+}
+
+/// Sibling attempts and a call span with gRPC attempt children give the same figures.
+#[tokio::test]
+async fn both_retry_shapes_agree() {
+    let mut a = Spans::default();
+    fixtures::both_shapes(&mut a, 1);
+    let r = report(&a).await;
+    let e = edge(&r, "front", "back");
+    assert_eq!(r.edges.len(), 1, "{:#?}", r.edges);
+    assert_eq!(e.operation, "back/Get");
+    assert_eq!((e.logical_calls, e.attempts, e.retry_attempts), (2, 4, 2));
+    assert_eq!(e.raw_success_rate, Some(1.0));
+    assert_eq!(e.effective_success_rate, Some(0.0));
+    assert_eq!(e.retry_contribution, Some(1.0));
+    assert_eq!(e.retries_by_cause.get("unavailable"), Some(&2));
+    assert_eq!(layer(&r, "back").amplification, Some(2.0));
+
+    // Each shape alone gives the same attempts and logical calls.
+    let engine = Engine::default();
+    let mut shapes = Vec::new();
+    for request in a.requests_by_trace() {
+        let (b, _) = encode_request(&Conventions::default(), &request);
+        let ctx = engine.derive(b).await.unwrap();
+        let rows = ctx
+            .sql("SELECT caller, callee, operation, attempt, cause, outcome FROM attempts ORDER BY attempt")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let calls = ctx
+            .sql("SELECT attempts, first_outcome, final_outcome, retried FROM logical_calls")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        shapes.push((
+            arrow::util::pretty::pretty_format_batches(&rows)
+                .unwrap()
+                .to_string(),
+            arrow::util::pretty::pretty_format_batches(&calls)
+                .unwrap()
+                .to_string(),
+        ));
+    }
+    assert_eq!(shapes.len(), 2);
+    assert_eq!(shapes[0], shapes[1]);
+}
+
+/// A healthy chain fires no alert and has no finding.
+#[tokio::test]
+async fn healthy_chain_is_quiet() {
+    let mut s = Spans::default();
+    fixtures::healthy(&mut s, 1);
+    let r = report(&s).await;
+    assert!(r.alerts.is_empty(), "{:#?}", r.alerts);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(r.entries[0].storm_potential, 1.0);
+    assert_eq!(edge(&r, "web", "api").retry_ratio, Some(0.0));
+    assert_eq!(edge(&r, "web", "api").retry_success_rate, None);
+    assert_eq!(layer(&r, "db").amplification, Some(1.0));
+    assert_eq!(r.traces.entry_requests, 20);
+}
+
+/// Every fixture together: the live path (traces released over several intervals, each
+/// aggregated into partials, the window merged) gives the same figures as offline analysis
+/// of all spans at once.
+#[tokio::test]
+async fn live_and_offline_agree() {
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    fixtures::budgets(&mut s, 10);
+    fixtures::unsafe_post(&mut s, 20);
+    fixtures::pending_orphans(&mut s, 30);
+    fixtures::both_shapes(&mut s, 40);
+    fixtures::healthy(&mut s, 50);
+    fixtures::slow_tail(&mut s, 1000);
+    let offline = report(&s).await;
+
+    let live = LiveAnalysis::new(
+        Engine::default(),
+        AlertThresholds::default(),
+        AnalyticsConfig::default(),
+        AnalysisMetrics::unregistered(),
+    );
+    let t0 = SystemTime::now();
+    let traces = s.requests_by_trace();
+    for (i, chunk) in traces.chunks(97).enumerate() {
+        for request in chunk {
+            let (batch, _) = encode_request(&Conventions::default(), request);
+            live.release(ReleasedTraces { batch, traces: 1 });
+        }
+        live.run_interval(t0 + Duration::from_secs(10 * (i as u64 + 1)))
+            .await
+            .unwrap();
+    }
+    let live = live.report();
+    assert!(
+        traces.len() / 97 >= 10,
+        "the window must hold many intervals"
+    );
+    assert_eq!(live.edges, offline.edges);
+    assert_eq!(live.layers, offline.layers);
+    assert_eq!(live.entries, offline.entries);
+    assert_eq!(live.traces, offline.traces);
+    assert_eq!(live.findings, offline.findings);
+    assert_eq!(live.window.spans, offline.window.spans);
+    assert_eq!(live.window.traces, offline.window.traces);
+}

@@ -1,0 +1,29 @@
+-- finding_counts: one row per (kind, caller, callee, operation) over a window, with the
+-- severity of its kind, the count, an example trace and its detail; timeout_below_tail
+-- findings come from the edges' merged figures.
+--
+-- Inputs: p_findings, edges.
+-- Output: kind, severity, caller, callee, operation, count, detail, example_trace_id
+WITH found AS (
+  SELECT kind, caller, callee, operation, SUM(count) AS count,
+    MIN(detail) AS detail, MIN(example_trace_id) AS example_trace_id
+  FROM p_findings
+  GROUP BY kind, caller, callee, operation
+  UNION ALL
+  SELECT 'timeout_below_tail', caller, callee, operation, attempts,
+    concat('timeout ', CAST(ROUND(timeout_ms) AS BIGINT), ' ms is below the callee P99.9 of ',
+      CAST(ROUND(callee_p999_ms) AS BIGINT), ' ms; recommended ',
+      CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
+    CAST(NULL AS VARCHAR)
+  FROM edges WHERE timeout_below_tail
+)
+SELECT kind,
+  CASE kind WHEN 'unsafe_retry' THEN 'critical'
+            WHEN 'deadline_inversion' THEN 'warning'
+            WHEN 'overcommit' THEN 'warning'
+            WHEN 'timeout_retry_on_write' THEN 'warning'
+            WHEN 'timeout_below_tail' THEN 'warning'
+            ELSE 'info' END AS severity,
+  caller, callee, operation, count, detail, example_trace_id
+FROM found
+ORDER BY kind, caller, callee, operation

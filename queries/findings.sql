@@ -1,0 +1,109 @@
+-- findings: one row per rule violation found in the data.
+--
+-- Inputs: attempts, logical_calls, entries, params.
+-- Kinds:
+--   deadline_inversion    an attempt's own budget exceeds what its nearest budgeted ancestor
+--                         had left when the attempt started (remaining = ancestor budget -
+--                         (attempt start - ancestor start)), by more than deadlines.tolerance_ms;
+--   overcommit            two or more sequential (non-overlapping) budgeted logical calls of one
+--                         parent, none inverted, whose budgets sum to more than the parent's
+--                         budget (plus tolerance); one finding per parent, named after the call
+--                         whose budget crosses it;
+--   not_propagated        a SERVER span without a deadline whose calling attempt had one;
+--   unsafe_retry          a retry (attempt >= 1) of a non-idempotent operation without an
+--                         idempotency key;
+--   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
+--   immediate_retry       a retry started less than advice.min_backoff_ms after the previous
+--                         attempt ended;
+--   multi_layer_retry     a trace in which two or more distinct callers retried (named after
+--                         the trace's entry).
+-- Non-idempotent: the `idempotent` flag is false, or it is absent and the write inference
+-- (POST, PATCH, INSERT, UPDATE) says write.
+-- timeout_below_tail is a per-edge comparison of merged figures and is added by the report.
+--
+-- Output: kind, trace_id, caller, callee, operation, detail
+WITH budgeted AS (
+  SELECT lc.*,
+    lc.deadline_ms > lc.anchor_deadline_ms - (lc.start_ns - lc.anchor_start_ns) / 1e6
+      + p.deadline_tolerance_ms AS inverted
+  FROM logical_calls lc CROSS JOIN params p
+  WHERE lc.deadline_ms IS NOT NULL AND lc.anchor_deadline_ms IS NOT NULL
+),
+placed AS (
+  SELECT b.*,
+    MAX(b.end_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id ORDER BY b.start_ns, b.logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_end_ns,
+    LEAD(b.start_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id ORDER BY b.start_ns, b.logical_call_id)
+      AS next_start_ns
+  FROM budgeted b
+),
+sequential AS (
+  SELECT s.*,
+    SUM(s.deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id ORDER BY s.start_ns, s.logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far
+  FROM placed s
+  WHERE (s.earlier_end_ns IS NULL OR s.start_ns >= s.earlier_end_ns)
+    AND (s.next_start_ns IS NULL OR s.next_start_ns >= s.end_ns)
+),
+overcommitted AS (
+  SELECT trace_id, parent_span_id,
+    MAX(anchor_deadline_ms) AS parent_budget_ms,
+    SUM(deadline_ms) AS total_ms,
+    COUNT(*) AS calls,
+    bool_or(inverted) AS any_inverted
+  FROM sequential
+  GROUP BY trace_id, parent_span_id
+),
+multi_layer AS (
+  SELECT trace_id, COUNT(DISTINCT caller) AS retrying_callers
+  FROM attempts WHERE attempt >= 1
+  GROUP BY trace_id
+  HAVING COUNT(DISTINCT caller) >= 2
+)
+SELECT 'deadline_inversion' AS kind, a.trace_id, a.caller, a.callee, a.operation,
+  concat('budget ', CAST(ROUND(a.own_deadline_ms) AS BIGINT), ' ms exceeds the ',
+    CAST(ROUND(a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6) AS BIGINT),
+    ' ms the caller had left') AS detail
+FROM attempts a CROSS JOIN params p
+WHERE a.own_deadline_ms IS NOT NULL AND a.anchor_deadline_ms IS NOT NULL
+  AND a.own_deadline_ms > a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6
+    + p.deadline_tolerance_ms
+UNION ALL
+SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
+  concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
+    ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms')
+FROM sequential s
+JOIN overcommitted o ON o.trace_id = s.trace_id AND o.parent_span_id = s.parent_span_id
+CROSS JOIN params p
+WHERE o.calls >= 2 AND NOT o.any_inverted
+  AND o.total_ms > o.parent_budget_ms + p.deadline_tolerance_ms
+  -- the call whose budget crosses the parent's: over after it, not before
+  AND s.budget_so_far > o.parent_budget_ms + p.deadline_tolerance_ms
+  AND s.budget_so_far - s.deadline_ms <= o.parent_budget_ms + p.deadline_tolerance_ms
+UNION ALL
+SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
+  concat('the attempt had a ', CAST(ROUND(a.deadline_ms) AS BIGINT),
+    ' ms budget; the callee received none')
+FROM attempts a
+WHERE a.server_span_id IS NOT NULL AND a.server_deadline_ms IS NULL AND a.deadline_ms IS NOT NULL
+UNION ALL
+SELECT 'unsafe_retry', a.trace_id, a.caller, a.callee, a.operation,
+  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a non-idempotent call without an idempotency key')
+FROM attempts a
+WHERE a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key
+UNION ALL
+SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
+  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write')
+FROM attempts a
+WHERE a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent
+UNION ALL
+SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
+  concat('retry #', CAST(a.attempt AS VARCHAR), ' started ', CAST(ROUND(a.backoff_ms, 1) AS VARCHAR),
+    ' ms after the previous attempt ended')
+FROM attempts a CROSS JOIN params p
+WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms
+UNION ALL
+SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,
+  concat(CAST(m.retrying_callers AS VARCHAR), ' layers retried in one trace')
+FROM multi_layer m
+JOIN entries e ON e.trace_id = m.trace_id

@@ -1,0 +1,17 @@
+-- partial_layers: per service (layer), the attempts it received and how many of them it
+-- would have received with no retry anywhere upstream (baseline). Requests entering the
+-- system at a layer (server entries) are received once and are baseline. Mergeable by SUM;
+-- amplification = received / baseline.
+--
+-- Inputs: attempts, entries.
+-- Output: service, received, baseline
+SELECT service, SUM(received) AS received, SUM(baseline) AS baseline
+FROM (
+  SELECT callee AS service, 1 AS received, CASE WHEN baseline THEN 1 ELSE 0 END AS baseline
+  FROM attempts
+  UNION ALL
+  SELECT service, 1 AS received, 1 AS baseline
+  FROM entries
+  WHERE kind IN ('server', 'consumer')
+) received
+GROUP BY service
