@@ -232,9 +232,11 @@ impl LiveAnalysis {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
+            // The guard `wait_for` returns must not live across the other arm's await.
+            let stop = async { drop(shutdown.wait_for(|stop| *stop).await) };
             tokio::select! {
                 _ = tick.tick() => self.interval_logged().await,
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                _ = stop => break,
             }
         }
         self.interval_logged().await;

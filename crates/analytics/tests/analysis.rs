@@ -2,6 +2,7 @@
 //! produces the figures computed by hand in its fixture's comment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../../tests/fixtures.rs"]
 mod fixtures;
 
 use std::sync::Arc;

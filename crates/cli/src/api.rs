@@ -1,6 +1,7 @@
 //! The API server: `/metrics` (Prometheus text exposition of the process registry),
-//! `/healthz` (the process is up) and `/readyz` (it is accepting spans: receivers bound and
-//! assembly under its memory bound).
+//! `/healthz` (the process is up), `/readyz` (it is accepting spans: receivers bound and
+//! assembly under its memory bound) and `/api/v1/report` (the latest window's report, the
+//! JSON of METRICS.md).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
-use stormglass_analytics::Assembly;
+use stormglass_analytics::{Assembly, LiveAnalysis};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -19,14 +20,31 @@ use tokio::sync::watch;
 struct ApiState {
     registry: Registry,
     assembly: Arc<Assembly>,
+    analysis: Arc<LiveAnalysis>,
 }
 
-pub fn router(registry: Registry, assembly: Arc<Assembly>) -> Router {
+pub fn router(registry: Registry, assembly: Arc<Assembly>, analysis: Arc<LiveAnalysis>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(ApiState { registry, assembly })
+        .route("/api/v1/report", get(report))
+        .with_state(ApiState {
+            registry,
+            assembly,
+            analysis,
+        })
+}
+
+async fn report(State(state): State<ApiState>) -> Response {
+    match serde_json::to_vec(state.analysis.report().as_ref()) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the report failed: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// Bind the API listener and serve until `shutdown`; returns the bound address.

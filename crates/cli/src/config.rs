@@ -6,7 +6,6 @@
 //! environment). Each top-level section is then deserialised on its own and validated, and
 //! every problem is reported at once, each with its key path.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,7 +13,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use stormglass_analytics::AssemblyConfig;
+use stormglass_analytics::{AlertThresholds, AnalyticsConfig, AssemblyConfig, Params};
 
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";
@@ -25,6 +24,70 @@ pub struct Config {
     pub listen: ListenConfig,
     pub limits: LimitsConfig,
     pub assembly: AssemblyConfig,
+    pub analytics: AnalyticsConfig,
+    pub advice: AdviceConfig,
+    pub orphans: OrphansConfig,
+    pub deadlines: DeadlinesConfig,
+    pub alerts: AlertThresholds,
+}
+
+impl Config {
+    /// The thresholds the analysis SQL reads.
+    pub fn params(&self) -> Params {
+        Params {
+            deadline_tolerance_ms: self.deadlines.tolerance_ms,
+            orphan_grace_ms: self.orphans.grace_ms,
+            min_backoff_ms: self.advice.min_backoff_ms,
+            timeout_factor: self.advice.timeout_factor,
+        }
+    }
+}
+
+/// `advice.*`: what the recommendations assume.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdviceConfig {
+    /// recommended timeout = callee P99.9 x this.
+    pub timeout_factor: f64,
+    /// Retries started sooner than this after the previous attempt are immediate retries.
+    pub min_backoff_ms: f64,
+}
+
+impl Default for AdviceConfig {
+    fn default() -> Self {
+        AdviceConfig {
+            timeout_factor: 1.5,
+            min_backoff_ms: 5.0,
+        }
+    }
+}
+
+/// `orphans.*`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrphansConfig {
+    /// A callee ending more than this after its cancelled caller is orphan work.
+    pub grace_ms: f64,
+}
+
+impl Default for OrphansConfig {
+    fn default() -> Self {
+        OrphansConfig { grace_ms: 5.0 }
+    }
+}
+
+/// `deadlines.*`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeadlinesConfig {
+    /// Budgets may exceed what the parent has left by this much before it is an inversion.
+    pub tolerance_ms: f64,
+}
+
+impl Default for DeadlinesConfig {
+    fn default() -> Self {
+        DeadlinesConfig { tolerance_ms: 1.0 }
+    }
 }
 
 /// `listen.*`: where the receivers and the API listen. Port 0 picks a free port.
@@ -61,6 +124,18 @@ impl Default for LimitsConfig {
         }
     }
 }
+
+/// The top-level sections, in the order the example file shows them.
+pub const SECTIONS: [&str; 8] = [
+    "listen",
+    "limits",
+    "assembly",
+    "analytics",
+    "advice",
+    "orphans",
+    "deadlines",
+    "alerts",
+];
 
 /// Every problem found, each as (key path, message).
 #[derive(Debug, PartialEq)]
@@ -126,11 +201,16 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         listen: section(&mut sections, "listen", errors),
         limits: section(&mut sections, "limits", errors),
         assembly: section(&mut sections, "assembly", errors),
+        analytics: section(&mut sections, "analytics", errors),
+        advice: section(&mut sections, "advice", errors),
+        orphans: section(&mut sections, "orphans", errors),
+        deadlines: section(&mut sections, "deadlines", errors),
+        alerts: section(&mut sections, "alerts", errors),
     };
     for unknown in sections.keys() {
         errors.push((
             unknown.clone(),
-            "unknown section; expected one of listen, limits, assembly".to_owned(),
+            format!("unknown section; expected one of {}", SECTIONS.join(", ")),
         ));
     }
     if config.limits.max_request_bytes == 0 {
@@ -140,6 +220,30 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         ));
     }
     errors.extend(config.assembly.validate("assembly"));
+    errors.extend(config.analytics.validate("analytics"));
+    let positive = [
+        (
+            "advice.timeout_factor",
+            config.advice.timeout_factor,
+            "e.g. 1.5",
+        ),
+        (
+            "advice.min_backoff_ms",
+            config.advice.min_backoff_ms,
+            "e.g. 5",
+        ),
+        ("orphans.grace_ms", config.orphans.grace_ms, "e.g. 5"),
+        (
+            "deadlines.tolerance_ms",
+            config.deadlines.tolerance_ms,
+            "e.g. 1",
+        ),
+    ];
+    for (key, value, example) in positive {
+        if !(value.is_finite() && value >= 0.0) {
+            errors.push((key.to_owned(), format!("must be a number >= 0 ({example})")));
+        }
+    }
     config
 }
 
@@ -263,33 +367,6 @@ fn scalar(text: &str) -> Value {
 /// The example configuration shown in the README, every key at its default.
 #[cfg(test)]
 const EXAMPLE_YAML: &str = include_str!("../stormglass.example.yaml");
-
-/// Render the effective configuration as flat `key = value` lines (for the start-up log).
-pub fn describe(config: &Config) -> BTreeMap<&'static str, String> {
-    let a = &config.assembly;
-    BTreeMap::from([
-        ("listen.grpc", config.listen.grpc.to_string()),
-        ("listen.http", config.listen.http.to_string()),
-        ("listen.api", config.listen.api.to_string()),
-        (
-            "limits.max_request_bytes",
-            config.limits.max_request_bytes.to_string(),
-        ),
-        (
-            "assembly.idle",
-            humantime::format_duration(a.idle).to_string(),
-        ),
-        (
-            "assembly.max_age",
-            humantime::format_duration(a.max_age).to_string(),
-        ),
-        ("assembly.max_spans", a.max_spans.to_string()),
-        (
-            "assembly.late_memory",
-            humantime::format_duration(a.late_memory).to_string(),
-        ),
-    ])
-}
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,9 @@
 
 mod api;
 mod config;
+mod offline;
 mod serve;
+mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +25,34 @@ enum Command {
     /// Run the collector: OTLP in, metrics out. With no config: OTLP on 127.0.0.1:4317
     /// (gRPC) and 127.0.0.1:4318 (HTTP), API and /metrics on 127.0.0.1:9464.
     Serve(ServeArgs),
+    /// Analyse span files offline and print the report: OTLP/JSON (one request per line, as
+    /// the OpenTelemetry Collector file exporter writes, or one document), binary OTLP
+    /// protobuf, or Parquet with the span schema.
+    Analyze {
+        /// Span files (.json/.jsonl/.ndjson, .parquet, anything else is OTLP protobuf).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: offline::Format,
+        /// Configuration file for thresholds (the same file `serve` reads).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run SQL over span files: tables spans, lineage, attempts, logical_calls, entries,
+    /// orphans, findings, and the report tables edges, layers, edge_causes,
+    /// entry_operations, trace_counts, finding_counts.
+    Query {
+        /// The SQL to run.
+        sql: String,
+        /// Span files, as for analyze.
+        #[arg(long = "from", required = true, num_args = 1..)]
+        from: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: offline::Format,
+        /// Configuration file for thresholds.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -53,6 +83,21 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Analyze {
+            files,
+            format,
+            config,
+        } => offline(config, |config| async move {
+            offline::analyze(&config, &files, format).await
+        }),
+        Command::Query {
+            sql,
+            from,
+            format,
+            config,
+        } => offline(config, |config| async move {
+            offline::query(&config, &sql, &from, format).await
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,4 +119,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .collect();
     let config = config::load(args.config.as_deref(), std::env::vars(), &flags)?;
     tokio::runtime::Runtime::new()?.block_on(serve::run(config))
+}
+
+fn offline<F, Fut>(config: Option<PathBuf>, run: F) -> anyhow::Result<()>
+where
+    F: FnOnce(config::Config) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let config = config::load(config.as_deref(), std::env::vars(), &Vec::new())?;
+    tokio::runtime::Runtime::new()?.block_on(run(config))
 }

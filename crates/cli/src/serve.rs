@@ -2,31 +2,36 @@
 //!
 //! Shutdown order matters for the accounting identity: on SIGINT/SIGTERM the receivers stop
 //! first and finish in-flight requests, then assembly releases every open trace, then the
-//! API stops. Releasing before the receivers drained would turn in-flight spans into late
-//! ones.
+//! analysis runs its last interval over them, then the API stops. Releasing before the
+//! receivers drained would turn in-flight spans into late ones.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use prometheus::Registry;
-use stormglass_analytics::{Assembly, AssemblyMetrics, DiscardSink, TraceSink};
+use stormglass_analytics::{
+    AnalysisMetrics, Assembly, AssemblyMetrics, Engine, LiveAnalysis, TraceSink,
+};
 use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers};
 use stormglass_model::Conventions;
 use tokio::sync::watch;
 
 use crate::api;
-use crate::config::{self, Config};
+use crate::config::Config;
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    for (key, value) in config::describe(&config) {
-        tracing::debug!(key, value, "config");
-    }
+    tracing::debug!(?config, "effective configuration");
     let registry = Registry::new();
     let ingest_metrics = IngestMetrics::register(&registry)?;
     let assembly_metrics = AssemblyMetrics::register(&registry)?;
 
-    // Until the analysis consumes released traces, they are counted and dropped.
-    let sink: Arc<dyn TraceSink> = Arc::new(DiscardSink);
+    let analysis = Arc::new(LiveAnalysis::new(
+        Engine::new(config.params()),
+        config.alerts.clone(),
+        config.analytics.clone(),
+        AnalysisMetrics::register(&registry)?,
+    ));
+    let sink: Arc<dyn TraceSink> = analysis.clone();
     let assembly = Arc::new(Assembly::new(
         config.assembly.clone(),
         sink,
@@ -40,6 +45,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let (stop_receivers, receivers_shutdown) = watch::channel(false);
     let (stop_assembly, assembly_shutdown) = watch::channel(false);
+    let (stop_analysis, analysis_shutdown) = watch::channel(false);
     let (stop_api, api_shutdown) = watch::channel(false);
 
     let receiver_config = ReceiverConfig {
@@ -50,11 +56,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let receivers = Receivers::start(&receiver_config, pipeline, receivers_shutdown).await?;
     let (api_addr, api_task) = api::start(
         config.listen.api,
-        api::router(registry, assembly.clone()),
+        api::router(registry, assembly.clone(), analysis.clone()),
         api_shutdown,
     )
     .await?;
     let assembly_task = tokio::spawn(assembly.clone().run(assembly_shutdown));
+    let analysis_task = tokio::spawn(analysis.clone().run(analysis_shutdown));
 
     tracing::info!(
         grpc = %receivers.grpc_addr,
@@ -82,6 +89,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     assembly_task.await.context("the assembly task failed")?;
     let (open_spans, _) = assembly.open();
     tracing::info!(open_spans, "assembly drained");
+    let _ = stop_analysis.send(true);
+    analysis_task.await.context("the analysis task failed")?;
     let _ = stop_api.send(true);
     api_task.await.context("the API task failed")??;
     receiver_result.context("a receiver failed")?;

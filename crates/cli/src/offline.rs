@@ -1,0 +1,101 @@
+//! `stormglass analyze` and `stormglass query`: the live analysis's SQL over span files.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use stormglass_analytics::files::{self, LoadSummary};
+use stormglass_analytics::report::{Report, WindowBounds};
+use stormglass_analytics::{Engine, engine};
+use stormglass_model::Conventions;
+
+use crate::config::Config;
+use crate::table;
+
+/// Output format of `analyze` and `query`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// Load the files, reporting what was skipped on stderr; fails only when nothing loaded.
+fn load(paths: &[PathBuf]) -> anyhow::Result<arrow::array::RecordBatch> {
+    let (spans, summary) = files::load(paths, &Conventions::default());
+    report_skipped(&summary);
+    if summary.spans == 0 && !summary.skipped.is_empty() {
+        bail!("no spans could be read from {} file(s)", summary.files);
+    }
+    Ok(spans)
+}
+
+fn report_skipped(summary: &LoadSummary) {
+    for skipped in &summary.skipped {
+        eprintln!("stormglass: skipped {skipped}");
+    }
+    if !summary.skipped.is_empty() || summary.rejected_spans > 0 {
+        eprintln!(
+            "stormglass: read {} spans from {} file(s); skipped {} line(s)/file(s); rejected {} invalid span(s)",
+            summary.spans,
+            summary.files,
+            summary.skipped.len(),
+            summary.rejected_spans
+        );
+    }
+}
+
+/// `stormglass analyze FILE...`: the report over every trace in the files.
+pub async fn analyze(config: &Config, paths: &[PathBuf], format: Format) -> anyhow::Result<()> {
+    let spans = load(paths)?;
+    let engine = Engine::new(config.params());
+    let partials = Arc::new(engine.analyse(spans).await.context("analysis failed")?);
+    let report = Report::build(
+        &engine,
+        &[partials],
+        WindowBounds::default(),
+        &config.alerts,
+    )
+    .await
+    .context("building the report failed")?;
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => print!("{}", table::report(&report)),
+    }
+    Ok(())
+}
+
+/// `stormglass query SQL --from FILE...`: ad hoc SQL over the span table, the derived
+/// tables and the report tables of the files' spans.
+pub async fn query(
+    config: &Config,
+    sql: &str,
+    paths: &[PathBuf],
+    format: Format,
+) -> anyhow::Result<()> {
+    let spans = load(paths)?;
+    let engine = Engine::new(config.params());
+    let ctx = engine
+        .query_context(spans)
+        .await
+        .context("analysis failed")?;
+    let frame = ctx.sql(sql).await.context("the query is not valid")?;
+    let batches = frame.collect().await.context("the query failed")?;
+    let result = engine::Table {
+        schema: batches
+            .first()
+            .map(|b| b.schema())
+            .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty())),
+        batches,
+    };
+    match format {
+        Format::Table => println!(
+            "{}",
+            arrow::util::pretty::pretty_format_batches(&result.batches)?
+        ),
+        Format::Json => {
+            let rows: Vec<serde_json::Value> = stormglass_analytics::report::rows(&result);
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+    }
+    Ok(())
+}

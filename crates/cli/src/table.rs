@@ -1,0 +1,192 @@
+//! The readable form of a report (`stormglass analyze`, the default format): one aligned
+//! table per section. Absent figures print as `-`, never as 0.
+
+use std::fmt::Write;
+
+use stormglass_analytics::report::Report;
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn number(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// Columns padded to their widest cell.
+fn grid(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "  {}", text.join("  ").trim_end());
+    };
+    line(&mut out, headers.to_vec());
+    for row in rows {
+        line(&mut out, row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn report(r: &Report) -> String {
+    let mut out = String::new();
+    let w = &r.window;
+    let _ = writeln!(
+        out,
+        "Window {} .. {}: {} traces, {} spans, {} entry requests, {} with retries in several layers\n",
+        w.start.as_deref().unwrap_or("-"),
+        w.end.as_deref().unwrap_or("-"),
+        w.traces,
+        w.spans,
+        r.traces.entry_requests,
+        r.traces.multi_layer_retry_traces
+    );
+
+    let _ = writeln!(out, "Edges (caller -> callee operation)");
+    let rows: Vec<Vec<String>> = r
+        .edges
+        .iter()
+        .map(|e| {
+            vec![
+                format!("{} -> {} {}", e.caller, e.callee, e.operation),
+                e.logical_calls.to_string(),
+                e.attempts.to_string(),
+                percent(e.raw_success_rate),
+                percent(e.effective_success_rate),
+                percent(e.retry_contribution),
+                percent(e.retry_ratio),
+                percent(e.retry_success_rate),
+                number(e.edge_amplification, 2),
+                number(e.timeout_ms, 0),
+                number(e.callee_p999_ms, 0),
+                number(e.recommended_timeout_ms, 0),
+                e.unsafe_retries.to_string(),
+                format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &[
+            "edge",
+            "calls",
+            "attempts",
+            "raw ok",
+            "effective ok",
+            "retry contrib",
+            "retry ratio",
+            "retry ok",
+            "amp",
+            "timeout ms",
+            "callee p99.9",
+            "recommended",
+            "unsafe",
+            "orphans / work",
+        ],
+        &rows,
+    );
+
+    let _ = writeln!(out, "\nLayers");
+    let rows: Vec<Vec<String>> = r
+        .layers
+        .iter()
+        .map(|l| {
+            vec![
+                l.service.clone(),
+                l.requests.to_string(),
+                number(l.amplification, 2),
+                number(l.p99_ms, 1),
+                number(l.p999_ms, 1),
+                number(l.tail_ratio, 2),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &[
+            "service",
+            "requests",
+            "amplification",
+            "p99 ms",
+            "p99.9 ms",
+            "tail ratio",
+        ],
+        &rows,
+    );
+
+    let _ = writeln!(out, "\nEntry operations");
+    let rows: Vec<Vec<String>> = r
+        .entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.service.clone(),
+                e.operation.clone(),
+                e.requests.to_string(),
+                format!("{}", e.storm_potential),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &["service", "operation", "requests", "storm potential"],
+        &rows,
+    );
+
+    let _ = writeln!(out, "\nFindings");
+    let rows: Vec<Vec<String>> = r
+        .findings
+        .iter()
+        .map(|f| {
+            vec![
+                f.severity.clone(),
+                f.kind.clone(),
+                format!("{} -> {} {}", f.caller, f.callee, f.operation),
+                f.count.to_string(),
+                f.detail.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out += &grid(&["severity", "kind", "where", "count", "example"], &rows);
+
+    let _ = writeln!(out, "\nOrphan pairs (caller gave up, callee kept working)");
+    let rows: Vec<Vec<String>> = r
+        .orphans
+        .iter()
+        .map(|o| {
+            vec![
+                o.trace_id.clone(),
+                format!("{} -> {} {}", o.caller, o.callee, o.operation),
+                number(o.work_after_cancel_ms, 1),
+                o.server_outcome.clone(),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &["trace", "edge", "work after cancel ms", "server outcome"],
+        &rows,
+    );
+
+    let _ = writeln!(out, "\nAlerts whose condition holds");
+    let rows: Vec<Vec<String>> = r
+        .alerts
+        .iter()
+        .map(|a| {
+            let labels: Vec<String> = a.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            vec![
+                a.severity.clone(),
+                a.name.clone(),
+                labels.join(","),
+                number(Some(a.value), 3),
+            ]
+        })
+        .collect();
+    out += &grid(&["severity", "alert", "labels", "value"], &rows);
+    out
+}

@@ -1,0 +1,252 @@
+//! End-to-end: `stormglass analyze` and `stormglass query` on files in every supported
+//! format, and the live report of `stormglass serve` against the offline one.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "fixtures.rs"]
+mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Server, get};
+use fixtures::Spans;
+use prost::Message;
+use serde_json::Value;
+
+fn dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stormglass-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn stormglass(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_stormglass"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// One OTLP/JSON request per line, as the Collector's file exporter writes.
+fn write_jsonl(path: &Path, spans: &Spans, garbage_line: Option<&str>) {
+    let mut lines: Vec<String> = spans
+        .requests_by_trace()
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
+    if let Some(g) = garbage_line {
+        lines.insert(1, g.to_owned());
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+fn layer<'v>(report: &'v Value, service: &str) -> &'v Value {
+    report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["service"] == service)
+        .unwrap_or_else(|| panic!("no layer {service}"))
+}
+
+fn edge<'v>(report: &'v Value, caller: &str, callee: &str) -> &'v Value {
+    report["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["caller"] == caller && e["callee"] == callee)
+        .unwrap_or_else(|| panic!("no edge {caller}->{callee}"))
+}
+
+/// JSON lines (with one unreadable line, named and skipped), binary OTLP and Parquet are
+/// read together; the JSON report carries the storm's and the unsafe retry's figures and
+/// the alerts whose conditions hold.
+#[test]
+fn analyze_every_format_into_one_report() {
+    let d = dir("analyze");
+    let mut storm = Spans::default();
+    fixtures::storm(&mut storm, 1);
+    write_jsonl(&d.join("storm.jsonl"), &storm, Some("{not json"));
+
+    let mut unsafe_post = Spans::default();
+    fixtures::unsafe_post(&mut unsafe_post, 2);
+    std::fs::write(d.join("unsafe.pb"), unsafe_post.request().encode_to_vec()).unwrap();
+
+    let mut budgets = Spans::default();
+    fixtures::budgets(&mut budgets, 3);
+    let (batch, _) = stormglass_model::encode_request(&Default::default(), &budgets.request());
+    let parquet = d.join("budgets.parquet");
+    let file = std::fs::File::create(&parquet).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+
+    let jsonl = d.join("storm.jsonl");
+    let pb = d.join("unsafe.pb");
+    let (ok, stdout, stderr) = stormglass(&[
+        "analyze",
+        "--format",
+        "json",
+        path(&jsonl),
+        path(&pb),
+        path(&parquet),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("storm.jsonl:2: not an OTLP/JSON request"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("skipped 1 line"), "{stderr}");
+
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let spans = (storm.len() + unsafe_post.len() + budgets.len()) as u64;
+    assert_eq!(report["window"]["spans"], spans);
+    assert_eq!(layer(&report, "db")["amplification"], 27.0);
+    assert_eq!(edge(&report, "cart", "orders")["unsafe_retries"], 1);
+    assert_eq!(
+        edge(&report, "svc", "db")["retry_contribution"],
+        Value::Null
+    );
+    let alerts: Vec<&str> = report["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "StormglassRetryAmplificationHigh",
+        "StormglassRetryStormPotential",
+        "StormglassUnsafeRetries",
+        "StormglassDeadlineInversion",
+    ] {
+        assert!(
+            alerts.contains(&expected),
+            "{expected} missing from {alerts:?}"
+        );
+    }
+    let kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"overcommit") && kinds.contains(&"unsafe_retry"),
+        "{kinds:?}"
+    );
+    for key in [
+        "window", "edges", "layers", "entries", "traces", "orphans", "findings", "alerts",
+    ] {
+        assert!(report.get(key).is_some(), "report lacks {key}");
+    }
+
+    let (ok, table, _) = stormglass(&["analyze", path(&jsonl)]);
+    assert!(ok);
+    assert!(
+        table.contains("Layers") && table.contains("27.00"),
+        "{table}"
+    );
+}
+
+/// A file that cannot be read is named; with nothing readable the command fails.
+#[test]
+fn analyze_names_unreadable_files() {
+    let d = dir("unreadable");
+    let bad = d.join("bad.pb");
+    std::fs::write(&bad, [0xff, 0xff, 0xff]).unwrap();
+    let (ok, _, stderr) = stormglass(&["analyze", path(&bad), path(&d.join("missing.json"))]);
+    assert!(!ok);
+    assert!(stderr.contains("bad.pb: not a binary OTLP"), "{stderr}");
+    assert!(stderr.contains("missing.json: cannot read"), "{stderr}");
+}
+
+/// Ad hoc SQL sees the span table, the derived tables and the report tables.
+#[test]
+fn query_reads_views() {
+    let d = dir("query");
+    let mut storm = Spans::default();
+    fixtures::storm(&mut storm, 1);
+    let file = d.join("storm.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(&storm.request()).unwrap(),
+    )
+    .unwrap();
+    let sql = "SELECT l.service, l.amplification, COUNT(a.span_id) AS attempts \
+               FROM layers l LEFT JOIN attempts a ON a.callee = l.service \
+               GROUP BY l.service, l.amplification ORDER BY l.service";
+    let (ok, stdout, stderr) =
+        stormglass(&["query", sql, "--from", path(&file), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).unwrap();
+    let services: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["service"].as_str().unwrap())
+        .collect();
+    assert_eq!(services, ["api", "db", "gateway", "svc"]);
+    assert_eq!(rows[1]["amplification"], 27.0);
+    assert_eq!(rows[1]["attempts"], 27);
+
+    let (ok, _, stderr) = stormglass(&["query", "SELECT nope FROM spans", "--from", path(&file)]);
+    assert!(!ok);
+    assert!(stderr.contains("nope"), "{stderr}");
+}
+
+/// The same spans sent over OTLP to `serve` give, at `/api/v1/report`, the figures
+/// `analyze` computes from a file.
+#[test]
+fn live_report_matches_offline() {
+    let d = dir("live");
+    let mut spans = Spans::default();
+    fixtures::storm(&mut spans, 1);
+    fixtures::unsafe_post(&mut spans, 2);
+    fixtures::both_shapes(&mut spans, 3);
+    fixtures::budgets(&mut spans, 5);
+    let file = d.join("all.jsonl");
+    write_jsonl(&file, &spans, None);
+    let (ok, stdout, stderr) = stormglass(&["analyze", "--format", "json", path(&file)]);
+    assert!(ok, "{stderr}");
+    let offline: Value = serde_json::from_str(&stdout).unwrap();
+
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let client = reqwest::blocking::Client::new();
+    for request in spans.requests_by_trace() {
+        let response = client
+            .post(format!("http://{}/v1/traces", server.http))
+            .header("content-type", "application/x-protobuf")
+            .body(request.encode_to_vec())
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let report_url = format!("http://{}/api/v1/report", server.api);
+    let mut live = Value::Null;
+    server.wait_until("the live report covers every span", |_| {
+        live = serde_json::from_str(&get(&report_url).1).unwrap();
+        live["window"]["spans"] == offline["window"]["spans"]
+    });
+    for key in ["edges", "layers", "entries", "traces", "findings"] {
+        assert_eq!(
+            live[key], offline[key],
+            "{key} differs between live and offline"
+        );
+    }
+    assert_eq!(
+        server.metric("stormglass_analysis_spans_total", &[]),
+        spans.len() as f64
+    );
+}
