@@ -85,10 +85,7 @@ fn analyze_every_format_into_one_report() {
     fixtures::budgets(&mut budgets, 3);
     let (batch, _) = stormglass_model::encode_request(&Default::default(), &budgets.request());
     let parquet = d.join("budgets.parquet");
-    let file = std::fs::File::create(&parquet).unwrap();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    stormglass_analytics::files::write_parquet(&parquet, &batch).unwrap();
 
     let jsonl = d.join("storm.jsonl");
     let pb = d.join("unsafe.pb");

@@ -176,3 +176,93 @@ fn build(
         Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{AsArray, BooleanArray};
+    use arrow::datatypes::{Float64Type, Int32Type};
+    use stormglass_model::testing::{child_of, kv_int, request, span, span_id};
+    use stormglass_model::{Conventions, encode_request};
+
+    use super::*;
+
+    fn lineage_of(spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>) -> RecordBatch {
+        let (batch, report) =
+            encode_request(&Conventions::default(), &request(vec![("svc", spans)]));
+        assert_eq!(report.rejected, 0);
+        lineage(&batch)
+    }
+
+    fn bools(batch: &RecordBatch, name: &str) -> Vec<bool> {
+        let c: &BooleanArray = batch.column_by_name(name).unwrap().as_boolean();
+        (0..c.len()).map(|i| c.value(i)).collect()
+    }
+
+    /// A retry anywhere above marks every descendant; budgets anchor on the nearest
+    /// budgeted ancestor; roots and depths follow the chain.
+    #[test]
+    fn chain_retry_anchor_root_depth() {
+        // 1 server (deadline 800) -> 2 client retry=1 -> 3 server -> 4 client (deadline 100)
+        let spans = vec![
+            span(1, 1, "root", 2, 0, 100, vec![kv_int("deadline", 800)]),
+            child_of(span(1, 2, "call", 3, 1, 90, vec![kv_int("retry", 1)]), 1),
+            child_of(span(1, 3, "serve", 2, 2, 80, vec![]), 2),
+            child_of(span(1, 4, "db", 3, 3, 70, vec![kv_int("deadline", 100)]), 3),
+        ];
+        let l = lineage_of(spans);
+        assert_eq!(bools(&l, "upstream_retry"), vec![false, false, true, true]);
+        let anchor = l
+            .column_by_name("anchor_deadline_ms")
+            .unwrap()
+            .as_primitive::<Float64Type>();
+        assert!(anchor.is_null(0));
+        assert_eq!((anchor.value(1), anchor.value(3)), (800.0, 800.0));
+        let up = l
+            .column_by_name("upstream_attempt_span_id")
+            .unwrap()
+            .as_fixed_size_binary();
+        assert!(up.is_null(0) && up.is_null(1));
+        assert_eq!(
+            up.value(3),
+            span_id(2).as_slice(),
+            "the db call works for attempt 2"
+        );
+        let root = l
+            .column_by_name("root_span_id")
+            .unwrap()
+            .as_fixed_size_binary();
+        assert!((0..4).all(|i| root.value(i) == span_id(1).as_slice()));
+        let depth = l
+            .column_by_name("depth")
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        assert_eq!(depth.values().to_vec(), vec![0, 1, 2, 3]);
+    }
+
+    /// A span whose parent never arrived is its own root at depth 0.
+    #[test]
+    fn missing_parent_makes_a_root() {
+        let l = lineage_of(vec![child_of(span(1, 5, "orphaned", 2, 0, 1, vec![]), 9)]);
+        let depth = l
+            .column_by_name("depth")
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        assert_eq!(depth.value(0), 0);
+    }
+
+    /// A parent cycle in bad data is cut, not followed forever.
+    #[test]
+    fn parent_cycle_terminates() {
+        let spans = vec![
+            child_of(span(1, 1, "a", 2, 0, 1, vec![kv_int("retry", 2)]), 2),
+            child_of(span(1, 2, "b", 3, 0, 1, vec![]), 1),
+        ];
+        let l = lineage_of(spans);
+        assert_eq!(l.num_rows(), 2);
+        let depth = l
+            .column_by_name("depth")
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        assert!(depth.values().iter().all(|d| *d <= 1));
+    }
+}
