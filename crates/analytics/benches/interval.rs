@@ -5,6 +5,8 @@
 //! Run: `cargo bench -p stormglass-analytics --bench interval` (add `-- 200000` for another
 //! span count). Prints one table; nothing is asserted.
 
+#![allow(clippy::expect_used)] // a bench binary: failing loudly is the point
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,7 +48,7 @@ fn trace(n: u64, services: &mut [(String, Vec<Span>); 3]) {
         attributes,
         ..Default::default()
     };
-    let retried = n % 10 == 0;
+    let retried = n.is_multiple_of(10);
     let common = |route: &str| {
         vec![
             kv("http.route", route),
@@ -124,7 +126,7 @@ fn trace(n: u64, services: &mut [(String, Vec<Span>); 3]) {
             kv_int("deadline", 300),
         ],
     ));
-    let db_retry = n % 7 == 0;
+    let db_retry = n.is_multiple_of(7);
     a.push(span(
         6,
         Some(4),
