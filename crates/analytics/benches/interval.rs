@@ -233,7 +233,9 @@ fn main() {
     let started = Instant::now();
     let partials = runtime.block_on(engine.analyse(spans)).expect("analysis");
     let analyse = started.elapsed();
-    let window = vec![Arc::new(partials); 30];
+    // A 5-minute window: the same interval's partials 30 times (shared, not copied).
+    let partials = Arc::new(partials);
+    let window: Vec<_> = (0..30).map(|_| partials.clone()).collect();
     let started = Instant::now();
     let report = runtime
         .block_on(Report::build(
