@@ -1,10 +1,9 @@
 -- entries: one row per entry request: a SERVER or CONSUMER span with no parent in its
 -- trace, or a root span (no parent at all) of any kind.
 --
--- Inputs: spans, lineage.
+-- Inputs: lineage (the spans with depth: number of ancestors present).
 -- Output: trace_id, span_id, service, operation, kind, start_ns, end_ns, duration_ms, outcome
 SELECT s.trace_id, s.span_id, s.service_name AS service, s.operation, s.kind,
   s.start_ns, s.end_ns, s.duration_ns / 1e6 AS duration_ms, s.outcome
-FROM spans s
-JOIN lineage l ON l.trace_id = s.trace_id AND l.span_id = s.span_id
-WHERE l.depth = 0 AND (s.kind IN ('server', 'consumer') OR s.parent_span_id IS NULL)
+FROM lineage s
+WHERE s.depth = 0 AND (s.kind IN ('server', 'consumer') OR s.parent_span_id IS NULL)

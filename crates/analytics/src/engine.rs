@@ -129,7 +129,12 @@ impl Engine {
     /// A session over `spans` with `lineage`, `params` and every derived table registered.
     pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
         let ctx = Self::session();
+        let started = std::time::Instant::now();
         let lineage = lineage(&spans);
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "lineage computed"
+        );
         register(&ctx, "spans", spans.schema(), vec![spans])?;
         register(&ctx, LINEAGE, lineage.schema(), vec![lineage])?;
         let params = self.params.batch();
@@ -225,9 +230,15 @@ pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisE
         name: query.name.to_owned(),
         source,
     };
+    let started = std::time::Instant::now();
     let frame = ctx.sql(query.sql).await.map_err(failed)?;
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
     let batches = frame.collect().await.map_err(failed)?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(query = query.name, elapsed_ms, "query ran");
+    if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
+        eprintln!("query {:<22} {elapsed_ms:>9.1} ms", query.name);
+    }
     Ok(Table { schema, batches })
 }
 

@@ -1,7 +1,10 @@
-//! Ancestor walks, the part of the analysis SQL expresses badly, computed in Rust over the
-//! Arrow columns and registered as the `lineage` table that the SQL joins.
+//! The structural part of the analysis, computed in Rust over the Arrow columns and
+//! registered as the `lineage` table the SQL reads: ancestor walks (which SQL expresses
+//! badly) and the two parent/child lookups every attempt needs (which SQL expresses as
+//! self-joins of the whole span table, measured at most of an interval's cost).
 //!
-//! One row per span, keyed by (trace_id, span_id):
+//! `lineage` is the span table itself (every column of the span schema, shared, not
+//! copied) plus, per span:
 //!
 //! | column | meaning |
 //! |---|---|
@@ -10,6 +13,10 @@
 //! | `upstream_attempt_span_id` | the nearest ancestor that is a client span or carries an attempt number: the attempt this span's work was done for |
 //! | `root_span_id` | the topmost ancestor present in the trace (the span itself when it has none) |
 //! | `depth` | number of ancestors present |
+//! | `is_call_span` | a CLIENT/INTERNAL span with CLIENT/INTERNAL children carrying attempt numbers: a gRPC-style call span whose children are its attempts |
+//! | `parent_is_call_span` | the parent is such a call span |
+//! | `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
+//! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the span's first SERVER child by start (else null) |
 //!
 //! Each span's values derive from its parent's, so every span is computed once (memoised,
 //! iteratively, so deep traces cannot overflow the stack). A parent cycle in bad data is
@@ -20,22 +27,49 @@ use std::sync::{Arc, LazyLock};
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Float64Array, Int32Array,
-    Int64Array, RecordBatch,
+    Int64Array, RecordBatch, UInt32Array,
 };
+use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef};
-use stormglass_model::schema::{self as col, SPAN_ID_LEN, TRACE_ID_LEN};
+use stormglass_model::schema::{self as col, SPAN_ID_LEN};
 
 /// Name of the registered table.
 pub const LINEAGE: &str = "lineage";
 
+/// Span columns copied from the parent call span (prefix `call_`).
+const CALL_COLUMNS: [&str; 5] = [
+    col::CALLEE_HINT,
+    col::DEADLINE_MS,
+    col::IDEMPOTENT,
+    col::HAS_IDEMPOTENCY_KEY,
+    col::IS_WRITE,
+];
+
+/// Span columns copied from the first SERVER child, and their names there.
+const SERVER_COLUMNS: [(&str, &str); 7] = [
+    (col::SPAN_ID, "server_span_id"),
+    (col::SERVICE_NAME, "server_service"),
+    (col::END_NS, "server_end_ns"),
+    (col::OUTCOME, "server_outcome"),
+    (col::PENDING, "server_pending"),
+    (col::CTX_CANCELLED, "server_ctx_cancelled"),
+    (col::DEADLINE_MS, "server_deadline_ms"),
+];
+
+/// The span schema followed by the lineage columns.
 pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    Arc::new(Schema::new(vec![
-        Field::new(
-            col::TRACE_ID,
-            DataType::FixedSizeBinary(TRACE_ID_LEN),
-            false,
-        ),
-        Field::new(col::SPAN_ID, DataType::FixedSizeBinary(SPAN_ID_LEN), false),
+    let span_field = |name: &str| -> Field {
+        match stormglass_model::SPANS_SCHEMA.field_with_name(name) {
+            Ok(f) => f.clone(),
+            Err(e) => unreachable!("{name} is a span column: {e}"),
+        }
+    };
+    let mut fields: Vec<Field> = stormglass_model::SPANS_SCHEMA
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.extend([
         Field::new("upstream_retry", DataType::Boolean, false),
         Field::new("anchor_deadline_ms", DataType::Float64, true),
         Field::new("anchor_start_ns", DataType::Int64, true),
@@ -50,7 +84,20 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             false,
         ),
         Field::new("depth", DataType::Int32, false),
-    ]))
+        Field::new("is_call_span", DataType::Boolean, false),
+        Field::new("parent_is_call_span", DataType::Boolean, false),
+    ]);
+    fields.extend(CALL_COLUMNS.iter().map(|name| {
+        span_field(name)
+            .with_name(format!("call_{name}"))
+            .with_nullable(true)
+    }));
+    fields.extend(
+        SERVER_COLUMNS
+            .iter()
+            .map(|(from, to)| span_field(from).with_name(*to).with_nullable(true)),
+    );
+    Arc::new(Schema::new(fields))
 });
 
 #[derive(Clone, Copy)]
@@ -136,13 +183,47 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
             nodes[row] = Some(node);
         }
     }
-    build(spans, span, nodes)
+    // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
+    let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
+    let mut is_call = vec![false; rows];
+    // First SERVER child of each span, by start time.
+    let mut server_child: Vec<Option<usize>> = vec![None; rows];
+    for row in 0..rows {
+        let Some(p) = parent_of(row) else { continue };
+        if attempt.is_valid(row) && client_or_internal(row) && client_or_internal(p) {
+            is_call[p] = true;
+        }
+        if kind.value(row) == "server"
+            && server_child[p].is_none_or(|best| start.value(row) < start.value(best))
+        {
+            server_child[p] = Some(row);
+        }
+    }
+    let call_parent: Vec<Option<usize>> = (0..rows)
+        .map(|row| parent_of(row).filter(|p| is_call[*p]))
+        .collect();
+    build(spans, span, nodes, &is_call, &call_parent, &server_child)
+}
+
+/// Rows `indices` of `column` (null where the index is), via Arrow's `take`.
+fn gather(column: &ArrayRef, indices: &[Option<usize>]) -> ArrayRef {
+    let indices: UInt32Array = indices
+        .iter()
+        .map(|i| i.map(|i| u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect();
+    match take(column.as_ref(), &indices, None) {
+        Ok(array) => array,
+        Err(e) => unreachable!("indices come from the same batch: {e}"),
+    }
 }
 
 fn build(
     spans: &RecordBatch,
     span: &FixedSizeBinaryArray,
     nodes: Vec<Option<Node>>,
+    is_call: &[bool],
+    call_parent: &[Option<usize>],
+    server_child: &[Option<usize>],
 ) -> RecordBatch {
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let span_at = |row: usize| span.value(row);
@@ -155,12 +236,17 @@ fn build(
             Err(e) => unreachable!("span ids are {SPAN_ID_LEN} bytes: {e}"),
         }
     };
-    let columns: Vec<ArrayRef> = vec![
-        spans.column(0).clone(),
-        spans.column(1).clone(),
+    let by_name = |name: &str| -> &ArrayRef {
+        match spans.column_by_name(name) {
+            Some(c) => c,
+            None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
+        }
+    };
+    let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
+    columns.extend([
         Arc::new(BooleanArray::from_iter(
             nodes.iter().map(|n| Some(n.upstream_retry)),
-        )),
+        )) as ArrayRef,
         Arc::new(Float64Array::from_iter(
             nodes.iter().map(|n| n.anchor.map(|a| a.0)),
         )),
@@ -170,7 +256,21 @@ fn build(
         Arc::new(ids(&|n| n.upstream_attempt)),
         Arc::new(ids(&|n| Some(n.root))),
         Arc::new(Int32Array::from_iter_values(nodes.iter().map(|n| n.depth))),
-    ];
+        Arc::new(BooleanArray::from_iter(is_call.iter().map(|c| Some(*c)))),
+        Arc::new(BooleanArray::from_iter(
+            call_parent.iter().map(|p| Some(p.is_some())),
+        )),
+    ]);
+    columns.extend(
+        CALL_COLUMNS
+            .iter()
+            .map(|name| gather(by_name(name), call_parent)),
+    );
+    columns.extend(
+        SERVER_COLUMNS
+            .iter()
+            .map(|(name, _)| gather(by_name(name), server_child)),
+    );
     match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
