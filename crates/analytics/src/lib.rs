@@ -20,4 +20,4 @@ pub use assembly::{Assembly, AssemblyConfig, AssemblyMetrics};
 pub use engine::{AnalysisError, Engine, Params, Partials};
 pub use live::{AnalysisMetrics, AnalyticsConfig, LiveAnalysis};
 pub use report::Report;
-pub use sink::{DiscardSink, MemorySink, ReleasedTraces, TraceSink};
+pub use sink::{MemorySink, ReleasedTraces, TraceSink};

@@ -127,8 +127,6 @@ pub struct LiveAnalysis {
     pending: Mutex<Vec<RecordBatch>>,
     window: Mutex<VecDeque<Interval>>,
     latest: RwLock<Arc<Report>>,
-    /// Partials of the newest interval, for counters that sum across instances.
-    newest: RwLock<Option<Arc<Partials>>>,
     interval_started: Mutex<SystemTime>,
 }
 
@@ -147,7 +145,6 @@ impl LiveAnalysis {
             pending: Mutex::new(Vec::new()),
             window: Mutex::new(VecDeque::new()),
             latest: RwLock::new(Arc::new(Report::default())),
-            newest: RwLock::new(None),
             interval_started: Mutex::new(SystemTime::now()),
         }
     }
@@ -155,14 +152,6 @@ impl LiveAnalysis {
     /// The latest window's report.
     pub fn report(&self) -> Arc<Report> {
         self.latest
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The newest interval's partials (None before the first interval).
-    pub fn newest_partials(&self) -> Option<Arc<Partials>> {
-        self.newest
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -196,8 +185,7 @@ impl LiveAnalysis {
             }
         };
         self.metrics.spans.inc_by(rows);
-        *self.newest.write().unwrap_or_else(|p| p.into_inner()) = Some(partials.clone());
-        let window: Vec<Arc<Partials>> = {
+        let (window, bounds) = {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
             window.push_back(Interval {
                 start,
@@ -208,14 +196,12 @@ impl LiveAnalysis {
             while window.front().is_some_and(|i| i.end <= horizon) {
                 window.pop_front();
             }
-            window.iter().map(|i| i.partials.clone()).collect()
-        };
-        let bounds = {
-            let window = self.window.lock().unwrap_or_else(|p| p.into_inner());
-            WindowBounds {
+            let bounds = WindowBounds {
                 start_unix_ns: window.front().map(|i| unix_ns(i.start)),
                 end_unix_ns: window.back().map(|i| unix_ns(i.end)),
-            }
+            };
+            let partials: Vec<Arc<Partials>> = window.iter().map(|i| i.partials.clone()).collect();
+            (partials, bounds)
         };
         let report =
             Arc::new(Report::build(&self.engine, &window, bounds, &self.thresholds).await?);

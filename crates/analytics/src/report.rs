@@ -102,17 +102,6 @@ pub struct Orphan {
     pub server_outcome: String,
 }
 
-/// Orphan pairs per edge and server outcome (the counters' source).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OrphanCounts {
-    pub caller: String,
-    pub callee: String,
-    pub operation: String,
-    pub server_outcome: String,
-    pub pairs: u64,
-    pub work_ms: f64,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub kind: String,
@@ -255,15 +244,6 @@ impl Report {
         };
         report.alerts = alerts::evaluate(&report, thresholds);
         Ok(report)
-    }
-
-    /// Orphan pairs per edge and server outcome over the window (for the counters).
-    pub fn orphan_counts(window: &[Arc<Partials>]) -> Vec<OrphanCounts> {
-        window
-            .iter()
-            .filter_map(|p| p.table("partial_orphans"))
-            .flat_map(rows::<OrphanCounts>)
-            .collect()
     }
 }
 

@@ -38,12 +38,3 @@ impl TraceSink for MemorySink {
             .push(traces);
     }
 }
-
-/// Drops released traces after assembly has counted them
-/// (`stormglass_assembly_released_*_total`). `serve` uses it until the analysis consumes them.
-#[derive(Default)]
-pub struct DiscardSink;
-
-impl TraceSink for DiscardSink {
-    fn release(&self, _traces: ReleasedTraces) {}
-}
