@@ -1,8 +1,9 @@
 -- edge_causes: retries_by_cause per edge over a window.
 --
--- Inputs: p_causes.
+-- Inputs: p_attempts.
 -- Output: caller, callee, operation, cause, retries
-SELECT caller, callee, operation, cause, SUM(retries) AS retries
-FROM p_causes
+SELECT caller, callee, operation, cause, SUM(attempts) AS retries
+FROM p_attempts
+WHERE attempt = 'retry'
 GROUP BY caller, callee, operation, cause
 ORDER BY caller, callee, operation, cause

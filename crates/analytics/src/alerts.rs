@@ -1,10 +1,30 @@
-//! The alert conditions of METRICS.md ("Alerts"), evaluated on a report.
+//! The alerts of METRICS.md ("Alerts"), defined once for both engines.
 //!
-//! This is the condition half of each alert: which series breach their threshold in this
-//! window. `for:` durations apply only to an evaluator that watches successive windows
-//! (the offline report lists every condition that holds).
+//! Each [`AlertDefinition`] carries what both engines need: the name, severity, `for:`
+//! duration, texts, the PromQL expression Prometheus evaluates (over the exported metrics
+//! and the [`RECORDING_RULES`]), and the condition the built-in evaluator checks on a
+//! window's [`Report`]. `stormglass rules` renders the Prometheus side; [`evaluate`] is the
+//! condition half of the built-in side (which series breach their threshold in this
+//! window); `for:` applies only to an evaluator that watches successive windows, so the
+//! offline report lists every condition that holds.
+//!
+//! Texts use `{label}` placeholders for the alert's labels, `{value}` for the value and
+//! `{threshold}` for the configured threshold; each engine fills them in its own way (Go
+//! templates for Prometheus, [`AlertDefinition::render`] here).
+//!
+//! Where the engines read different data, by design:
+//! * Ratio alerts read counters in Prometheus (rates over 5 minutes, summed over every
+//!   stormglass instance) and the window's exact counts in the evaluator (one instance).
+//! * `StormglassRetryContributionHigh` in Prometheus counts calls whose first attempt failed
+//!   and whose last succeeded (the labels of `stormglass_logical_calls_total`); the report
+//!   counts successful calls with more than one attempt. They differ only for calls that
+//!   succeeded first and were still re-sent (hedging).
+//! * Tail ratio, storm potential and timeout-below-tail read the gauges in Prometheus (a
+//!   quantile or a graph walk cannot be summed across instances).
+//! * Values are in base units, as in Prometheus: the timeout alert's value is seconds.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +68,169 @@ impl Default for AlertThresholds {
     }
 }
 
+/// An alert's labels (without `alertname` and `severity`) and value, for one series.
+pub type Breach = (BTreeMap<String, String>, f64);
+
+/// One alert of METRICS.md, for both engines.
+pub struct AlertDefinition {
+    pub name: &'static str,
+    pub severity: &'static str,
+    /// How long the condition must hold before the alert fires.
+    pub hold: Duration,
+    pub summary: &'static str,
+    pub description: &'static str,
+    /// The threshold the condition compares with (shown as `{threshold}`).
+    pub threshold: fn(&AlertThresholds) -> f64,
+    /// The PromQL condition, over exported metrics and [`RECORDING_RULES`].
+    pub expr: fn(&AlertThresholds) -> String,
+    /// The same condition on a window's report.
+    pub condition: fn(&Report, &AlertThresholds) -> Vec<Breach>,
+}
+
+impl AlertDefinition {
+    /// The README section this alert's runbook is in (a GitHub heading anchor).
+    pub fn runbook_anchor(&self) -> String {
+        self.name.to_ascii_lowercase()
+    }
+
+    /// Fill a text's placeholders for one breach.
+    pub fn render(
+        &self,
+        text: &str,
+        labels: &BTreeMap<String, String>,
+        value: f64,
+        thresholds: &AlertThresholds,
+    ) -> String {
+        let mut out = text
+            .replace("{value}", &format_value(value))
+            .replace("{threshold}", &format_value((self.threshold)(thresholds)));
+        for (name, label) in labels {
+            out = out.replace(&format!("{{{name}}}"), label);
+        }
+        out
+    }
+
+    /// A text as a Prometheus template: labels and value filled in by Prometheus.
+    pub fn template(&self, text: &str, thresholds: &AlertThresholds) -> String {
+        let mut out = text
+            .replace("{value}", "{{ $value | printf \"%.3g\" }}")
+            .replace("{threshold}", &format_value((self.threshold)(thresholds)));
+        for name in ["service", "operation", "caller", "callee"] {
+            out = out.replace(&format!("{{{name}}}"), &format!("{{{{ $labels.{name} }}}}"));
+        }
+        out
+    }
+}
+
+/// Three significant digits (whole numbers above 100), trailing zeros trimmed: what the
+/// Prometheus templates print with `printf "%.3g"` for the values alerts carry.
+fn format_value(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+const EDGE: &str = "caller, callee, operation";
+
+/// Prometheus recording rules the alert expressions and dashboards read: each figure of
+/// METRICS.md that is a ratio of counters, over the last 5 minutes (the default window),
+/// summed over instances. Empty denominators give no series (`> 0` filters), never NaN; an
+/// absent numerator series counts as 0 (`or ... * 0`).
+pub fn recording_rules() -> Vec<(&'static str, String)> {
+    let calls = |selector: &str| {
+        format!("sum by ({EDGE}) (rate(stormglass_logical_calls_total{selector}[5m]))")
+    };
+    let attempts =
+        |selector: &str| format!("sum by ({EDGE}) (rate(stormglass_attempts_total{selector}[5m]))");
+    let ratio = |numerator: String, denominator: &str| {
+        format!("({numerator} or {denominator} * 0) / ({denominator} > 0)")
+    };
+    vec![
+        (
+            "stormglass:layer_amplification:ratio_rate5m",
+            "sum by (service) (rate(stormglass_layer_attempts_total[5m])) / \
+             (sum by (service) (rate(stormglass_layer_baseline_attempts_total[5m])) > 0)"
+                .to_owned(),
+        ),
+        ("stormglass:edge_logical_calls:rate5m", calls("")),
+        (
+            "stormglass:edge_final_ok_calls:rate5m",
+            calls("{final_outcome=\"ok\"}"),
+        ),
+        (
+            "stormglass:edge_first_attempts:rate5m",
+            attempts("{attempt=\"first\"}"),
+        ),
+        (
+            "stormglass:edge_retry_attempts:rate5m",
+            attempts("{attempt=\"retry\"}"),
+        ),
+        (
+            "stormglass:edge_effective_success:ratio_rate5m",
+            ratio(
+                calls("{first_outcome=\"ok\"}"),
+                "stormglass:edge_logical_calls:rate5m",
+            ),
+        ),
+        (
+            "stormglass:edge_raw_success:ratio_rate5m",
+            ratio(
+                calls("{final_outcome=\"ok\"}"),
+                "stormglass:edge_logical_calls:rate5m",
+            ),
+        ),
+        (
+            "stormglass:edge_retry_contribution:ratio_rate5m",
+            ratio(
+                calls("{first_outcome=\"failed\",final_outcome=\"ok\"}"),
+                "stormglass:edge_final_ok_calls:rate5m",
+            ),
+        ),
+        (
+            "stormglass:edge_retry_success:ratio_rate5m",
+            ratio(
+                attempts("{attempt=\"retry\",outcome=\"ok\"}"),
+                "stormglass:edge_retry_attempts:rate5m",
+            ),
+        ),
+        (
+            "stormglass:edge_retry:ratio_rate5m",
+            ratio(
+                "stormglass:edge_retry_attempts:rate5m".to_owned(),
+                "stormglass:edge_first_attempts:rate5m",
+            ),
+        ),
+        (
+            "stormglass:caller_callee_retries:per_minute_rate5m",
+            "sum by (caller, callee) (rate(stormglass_attempts_total{attempt=\"retry\"}[5m])) * 60"
+                .to_owned(),
+        ),
+        (
+            "stormglass:edge_orphan_work_seconds:per_minute_rate5m",
+            format!("sum by ({EDGE}) (rate(stormglass_orphan_work_seconds_total[5m])) * 60"),
+        ),
+        (
+            "stormglass:layer_latency_p99:seconds_rate5m",
+            "histogram_quantile(0.99, sum by (service, le) \
+             (rate(stormglass_layer_duration_seconds_bucket[5m])))"
+                .to_owned(),
+        ),
+        (
+            "stormglass:layer_latency_p999:seconds_rate5m",
+            "histogram_quantile(0.999, sum by (service, le) \
+             (rate(stormglass_layer_duration_seconds_bucket[5m])))"
+                .to_owned(),
+        ),
+    ]
+}
+
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -55,108 +238,361 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Every alert whose condition holds on `report`.
-pub fn evaluate(report: &Report, t: &AlertThresholds) -> Vec<Alert> {
-    let mut alerts = Vec::new();
-    let mut push = |name: &str, severity: &str, labels, value| {
-        alerts.push(Alert {
-            name: name.into(),
-            severity: severity.into(),
-            labels,
-            value,
+fn edge_labels(e: &crate::report::EdgeFigures) -> BTreeMap<String, String> {
+    labels(&[
+        ("caller", &e.caller),
+        ("callee", &e.callee),
+        ("operation", &e.operation),
+    ])
+}
+
+/// Edges whose figure (as `figure` reads it) satisfies `breach`.
+fn edges_where(
+    report: &Report,
+    figure: impl Fn(&crate::report::EdgeFigures) -> Option<f64>,
+    breach: impl Fn(f64) -> bool,
+) -> Vec<Breach> {
+    report
+        .edges
+        .iter()
+        .filter_map(|e| {
+            figure(e)
+                .filter(|v| breach(*v))
+                .map(|v| (edge_labels(e), v))
         })
-    };
-    for l in &report.layers {
-        let service = [("service", l.service.as_str())];
-        if let Some(a) = l.amplification.filter(|a| *a > t.amplification) {
-            push(
-                "StormglassRetryAmplificationHigh",
-                "critical",
-                labels(&service),
-                a,
-            );
-        }
-        if let Some(r) = l.tail_ratio.filter(|r| *r > t.tail_ratio) {
-            push("StormglassTailRatioHigh", "warning", labels(&service), r);
-        }
+        .collect()
+}
+
+/// Layers whose figure (as `figure` reads it) satisfies `breach`.
+fn layers_where(
+    report: &Report,
+    figure: impl Fn(&crate::report::LayerFigures) -> Option<f64>,
+    breach: impl Fn(f64) -> bool,
+) -> Vec<Breach> {
+    report
+        .layers
+        .iter()
+        .filter_map(|l| {
+            figure(l)
+                .filter(|v| breach(*v))
+                .map(|v| (labels(&[("service", &l.service)]), v))
+        })
+        .collect()
+}
+
+fn window_minutes(report: &Report) -> Option<f64> {
+    report.window.seconds.filter(|s| *s > 0.0).map(|s| s / 60.0)
+}
+
+/// Every alert of METRICS.md, in its order.
+pub static DEFINITIONS: &[AlertDefinition] = &[
+    AlertDefinition {
+        name: "StormglassRetryAmplificationHigh",
+        severity: "critical",
+        hold: Duration::from_secs(120),
+        summary: "{service} receives {value}x the attempts it would without retries",
+        description: "Retries above {service} multiply its load: it received {value} times the \
+            attempts it would have received with no retry anywhere upstream (threshold \
+            {threshold}). When it slows down, the retries become a storm.",
+        threshold: |t| t.amplification,
+        expr: |t| {
+            format!(
+                "stormglass:layer_amplification:ratio_rate5m > {}",
+                t.amplification
+            )
+        },
+        condition: |r, t| layers_where(r, |l| l.amplification, |v| v > t.amplification),
+    },
+    AlertDefinition {
+        name: "StormglassRetryStormPotential",
+        severity: "warning",
+        hold: Duration::from_secs(15 * 60),
+        summary: "A full outage below {service} {operation} would multiply load by {value}",
+        description: "The retry policies along the deepest call chain below entry operation \
+            {operation} of {service} multiply to {value} (threshold {threshold}): if the \
+            bottom fails, it receives that many attempts per request. Retry at one layer only.",
+        threshold: |t| t.storm_potential,
+        expr: |t| {
+            format!(
+                "max by (service, operation) (stormglass_storm_potential_ratio) >= {}",
+                t.storm_potential
+            )
+        },
+        condition: |r, t| {
+            r.entries
+                .iter()
+                .filter(|e| e.storm_potential >= t.storm_potential)
+                .map(|e| {
+                    (
+                        labels(&[("service", &e.service), ("operation", &e.operation)]),
+                        e.storm_potential,
+                    )
+                })
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassRetryContributionHigh",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: {value} of successes needed a retry",
+        description: "A share of {value} of the successful calls from {caller} to {callee} \
+            ({operation}) succeeded only after a retry (threshold {threshold}; healthy is 5-15%). \
+            The raw success rate hides how often the first try fails.",
+        threshold: |t| t.retry_contribution,
+        expr: |t| {
+            format!(
+                "stormglass:edge_retry_contribution:ratio_rate5m > {}",
+                t.retry_contribution
+            )
+        },
+        condition: |r, t| edges_where(r, |e| e.retry_contribution, |v| v > t.retry_contribution),
+    },
+    AlertDefinition {
+        name: "StormglassRetryBudgetExceeded",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: {value} retries per first attempt",
+        description: "{caller} sends {value} retries per first attempt to {callee} \
+            ({operation}), over the retry budget of {threshold}. Retries beyond a budget add \
+            load when the callee can least take it.",
+        threshold: |t| t.retry_ratio,
+        expr: |t| format!("stormglass:edge_retry:ratio_rate5m > {}", t.retry_ratio),
+        condition: |r, t| edges_where(r, |e| e.retry_ratio, |v| v > t.retry_ratio),
+    },
+    AlertDefinition {
+        name: "StormglassRetriesFailing",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: only {value} of retries succeed",
+        description: "Only {value} of the retry attempts from {caller} to {callee} \
+            ({operation}) succeed (threshold {threshold}). Retries that fail add load, not \
+            availability.",
+        threshold: |t| t.retry_success_rate,
+        expr: |t| {
+            format!(
+                "stormglass:edge_retry_success:ratio_rate5m < {}",
+                t.retry_success_rate
+            )
+        },
+        condition: |r, t| edges_where(r, |e| e.retry_success_rate, |v| v < t.retry_success_rate),
+    },
+    AlertDefinition {
+        name: "StormglassRetryConcentration",
+        severity: "critical",
+        hold: Duration::from_secs(60),
+        summary: "{caller} retries {callee} {value} times per minute",
+        description: "{caller} sends {value} retries per minute to {callee} (threshold \
+            {threshold}): one caller is hammering one callee.",
+        threshold: |t| t.retries_per_minute,
+        expr: |t| {
+            format!(
+                "stormglass:caller_callee_retries:per_minute_rate5m > {}",
+                t.retries_per_minute
+            )
+        },
+        condition: |r, t| {
+            let Some(minutes) = window_minutes(r) else {
+                return Vec::new();
+            };
+            let mut by_pair: HashMap<(&str, &str), u64> = HashMap::new();
+            for e in &r.edges {
+                *by_pair.entry((&e.caller, &e.callee)).or_default() += e.retry_attempts;
+            }
+            let mut pairs: Vec<_> = by_pair.into_iter().collect();
+            pairs.sort();
+            pairs
+                .into_iter()
+                .map(|((caller, callee), retries)| {
+                    (
+                        labels(&[("caller", caller), ("callee", callee)]),
+                        retries as f64 / minutes,
+                    )
+                })
+                .filter(|(_, per_minute)| *per_minute > t.retries_per_minute)
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassTailRatioHigh",
+        severity: "warning",
+        hold: Duration::from_secs(10 * 60),
+        summary: "{service}: P99.9 is {value}x P99",
+        description: "The P99.9 latency of {service} is {value} times its P99 (threshold \
+            {threshold}): the tail is deteriorating, and timeouts set at P99 cut it off.",
+        threshold: |t| t.tail_ratio,
+        expr: |t| {
+            format!(
+                "max by (service) (stormglass_layer_tail_ratio) > {}",
+                t.tail_ratio
+            )
+        },
+        condition: |r, t| layers_where(r, |l| l.tail_ratio, |v| v > t.tail_ratio),
+    },
+    AlertDefinition {
+        name: "StormglassTimeoutBelowTail",
+        severity: "warning",
+        hold: Duration::from_secs(15 * 60),
+        summary: "{caller} -> {callee} {operation}: timeout below the callee's P99.9",
+        description: "{caller} gives {callee} ({operation}) a timeout of {value} s, below \
+            {callee}'s P99.9 latency: slow but healthy requests are cut off and retried. Set it \
+            to P99.9 x 1.5 (stormglass_recommended_timeout_seconds).",
+        threshold: |_| 0.0,
+        expr: |_| {
+            format!(
+                "max by ({EDGE}) (stormglass_timeout_seconds) < \
+                 max by ({EDGE}) (stormglass_callee_latency_p999_seconds)"
+            )
+        },
+        condition: |r, _| {
+            r.edges
+                .iter()
+                .filter(|e| e.timeout_below_tail == Some(true))
+                .map(|e| (edge_labels(e), e.timeout_ms.unwrap_or(0.0) / 1e3))
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassDeadlineInversion",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee}: {value} deadline inversions or overcommits",
+        description: "{caller} gives {callee} more time than it has left itself ({value} \
+            inversions or overcommitted budgets): the callee keeps working after the caller \
+            has given up.",
+        threshold: |_| 0.0,
+        expr: |_| {
+            "sum by (caller, callee) (increase(stormglass_deadline_violations_total\
+             {kind=~\"inversion|overcommit\"}[5m])) > 0"
+                .to_owned()
+        },
+        condition: |r, _| {
+            let mut budget: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+            for f in &r.findings {
+                if f.kind == "deadline_inversion" || f.kind == "overcommit" {
+                    *budget.entry((&f.caller, &f.callee)).or_default() += f.count;
+                }
+            }
+            budget
+                .into_iter()
+                .map(|((caller, callee), count)| {
+                    (
+                        labels(&[("caller", caller), ("callee", callee)]),
+                        count as f64,
+                    )
+                })
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassUnsafeRetries",
+        severity: "critical",
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee} {operation}: {value} unsafe retries",
+        description: "{caller} retried the non-idempotent {operation} on {callee} without an \
+            idempotency key {value} times: each may have applied the write twice.",
+        threshold: |_| 0.0,
+        expr: |_| format!("sum by ({EDGE}) (increase(stormglass_unsafe_retries_total[5m])) > 0"),
+        condition: |r, _| {
+            r.edges
+                .iter()
+                .filter(|e| e.unsafe_retries > 0)
+                .map(|e| (edge_labels(e), e.unsafe_retries as f64))
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassOrphanWork",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{callee} works {value} s per minute for callers of {operation} that gave up",
+        description: "{callee} keeps working on {operation} after {caller} cancelled or timed \
+            out: {value} seconds of orphan work per minute (threshold {threshold}). Propagate \
+            cancellation and deadlines.",
+        threshold: |t| t.orphan_work_seconds_per_minute,
+        expr: |t| {
+            format!(
+                "stormglass:edge_orphan_work_seconds:per_minute_rate5m > {}",
+                t.orphan_work_seconds_per_minute
+            )
+        },
+        condition: |r, t| {
+            let Some(minutes) = window_minutes(r) else {
+                return Vec::new();
+            };
+            edges_where(
+                r,
+                |e| Some(e.orphan_work_seconds / minutes),
+                |v| v > t.orphan_work_seconds_per_minute,
+            )
+        },
+    },
+];
+
+/// The definition of an alert, by name.
+pub fn definition(name: &str) -> Option<&'static AlertDefinition> {
+    DEFINITIONS.iter().find(|d| d.name == name)
+}
+
+/// Every alert whose condition holds on `report`, in [`DEFINITIONS`] order.
+pub fn evaluate(report: &Report, t: &AlertThresholds) -> Vec<Alert> {
+    DEFINITIONS
+        .iter()
+        .flat_map(|d| {
+            (d.condition)(report, t)
+                .into_iter()
+                .map(|(labels, value)| Alert {
+                    name: d.name.to_owned(),
+                    severity: d.severity.to_owned(),
+                    labels,
+                    value,
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values print with three significant digits, whole above 100.
+    #[test]
+    fn values_format_with_three_significant_digits() {
+        assert_eq!(format_value(27.0), "27");
+        assert_eq!(format_value(2.3456), "2.35");
+        assert_eq!(format_value(0.25), "0.25");
+        assert_eq!(format_value(0.1), "0.1");
+        assert_eq!(format_value(1234.0), "1234");
     }
-    for e in &report.entries {
-        if e.storm_potential >= t.storm_potential {
-            let l = labels(&[("service", &e.service), ("operation", &e.operation)]);
-            push(
-                "StormglassRetryStormPotential",
-                "warning",
-                l,
-                e.storm_potential,
-            );
-        }
-    }
-    let minutes = report.window.seconds.filter(|s| *s > 0.0).map(|s| s / 60.0);
-    let mut retries_by_pair: HashMap<(&str, &str), u64> = HashMap::new();
-    for e in &report.edges {
-        let edge = labels(&[
-            ("caller", &e.caller),
-            ("callee", &e.callee),
-            ("operation", &e.operation),
-        ]);
-        if let Some(v) = e.retry_contribution.filter(|v| *v > t.retry_contribution) {
-            push(
-                "StormglassRetryContributionHigh",
-                "warning",
-                edge.clone(),
-                v,
-            );
-        }
-        if let Some(v) = e.retry_ratio.filter(|v| *v > t.retry_ratio) {
-            push("StormglassRetryBudgetExceeded", "warning", edge.clone(), v);
-        }
-        if let Some(v) = e.retry_success_rate.filter(|v| *v < t.retry_success_rate) {
-            push("StormglassRetriesFailing", "warning", edge.clone(), v);
-        }
-        if e.timeout_below_tail == Some(true) {
-            push(
-                "StormglassTimeoutBelowTail",
-                "warning",
-                edge.clone(),
-                e.timeout_ms.unwrap_or(0.0),
-            );
-        }
-        if e.unsafe_retries > 0 {
-            push(
-                "StormglassUnsafeRetries",
-                "critical",
-                edge.clone(),
-                e.unsafe_retries as f64,
-            );
-        }
-        if let Some(per_minute) = minutes
-            .map(|m| e.orphan_work_seconds / m)
-            .filter(|v| *v > t.orphan_work_seconds_per_minute)
-        {
-            push("StormglassOrphanWork", "warning", edge, per_minute);
-        }
-        *retries_by_pair.entry((&e.caller, &e.callee)).or_default() += e.retry_attempts;
-    }
-    if let Some(minutes) = minutes {
-        let mut pairs: Vec<_> = retries_by_pair.into_iter().collect();
-        pairs.sort();
-        for ((caller, callee), retries) in pairs {
-            let per_minute = retries as f64 / minutes;
-            if per_minute > t.retries_per_minute {
-                let l = labels(&[("caller", caller), ("callee", callee)]);
-                push("StormglassRetryConcentration", "critical", l, per_minute);
+
+    /// Every placeholder of every text is filled for the alert's own labels.
+    #[test]
+    fn texts_render_completely() {
+        let t = AlertThresholds::default();
+        let all: BTreeMap<String, String> = ["service", "operation", "caller", "callee"]
+            .iter()
+            .map(|k| ((*k).to_owned(), format!("<{k}>")))
+            .collect();
+        for d in DEFINITIONS {
+            for text in [d.summary, d.description] {
+                let rendered = d.render(text, &all, 3.0, &t);
+                assert!(!rendered.contains('{'), "{}: {rendered}", d.name);
+                let template = d.template(text, &t);
+                assert!(
+                    !template.replace("{{", "").replace("}}", "").contains('{'),
+                    "{}: {template}",
+                    d.name
+                );
             }
         }
     }
-    let mut budget: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    for f in &report.findings {
-        if f.kind == "deadline_inversion" || f.kind == "overcommit" {
-            *budget.entry((&f.caller, &f.callee)).or_default() += f.count;
-        }
+
+    /// Names are unique and follow METRICS.md's table.
+    #[test]
+    fn eleven_unique_alerts() {
+        let mut names: Vec<_> = DEFINITIONS.iter().map(|d| d.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 11);
     }
-    for ((caller, callee), count) in budget {
-        let l = labels(&[("caller", caller), ("callee", callee)]);
-        push("StormglassDeadlineInversion", "warning", l, count as f64);
-    }
-    alerts
 }

@@ -8,6 +8,12 @@
 //!
 //! SQL sees two functions: `sg_bucket(ms DOUBLE) -> INT` and `sg_bucket_ms(bucket INT) ->
 //! DOUBLE`.
+//!
+//! Prometheus gets a second, coarser histogram of the same durations,
+//! `stormglass_layer_duration_seconds`, whose bucket bounds ([`le_bounds`]) are fixed for
+//! every instance so that buckets sum across instances. `sg_le(seconds DOUBLE) -> INT` is
+//! the index of the first bound a value is less than or equal to (`le` semantics;
+//! `le_bounds().len()` is +Inf), computed by comparison, so counts per `le` are exact.
 
 use std::sync::Arc;
 
@@ -32,7 +38,28 @@ pub fn bucket_ms(bucket: i32) -> f64 {
     2.0 * GAMMA.powi(bucket) / (GAMMA + 1.0)
 }
 
-/// Register `sg_bucket` and `sg_bucket_ms` in a session.
+/// Number of finite Prometheus bucket bounds: 1 ms to 60 s in 50 equal log steps.
+const LE_STEPS: i32 = 50;
+
+/// The finite `le` bounds of `stormglass_layer_duration_seconds`, in seconds: 1 ms .. 60 s,
+/// each 60000^(1/50) = 1.2461x the previous, rounded to 4 significant digits so the labels
+/// read well (consecutive bounds stay within a factor of 1.25, as METRICS.md asks).
+pub fn le_bounds() -> Vec<f64> {
+    (0..=LE_STEPS)
+        .map(|k| {
+            let exact = 60_000f64.powf(f64::from(k) / f64::from(LE_STEPS)) / 1000.0;
+            let scale = 10f64.powi(3 - exact.log10().floor() as i32);
+            (exact * scale).round() / scale
+        })
+        .collect()
+}
+
+/// The `le` bucket index of a duration in seconds (`bounds.len()` for +Inf).
+pub fn le_index(bounds: &[f64], seconds: f64) -> i32 {
+    bounds.partition_point(|bound| *bound < seconds) as i32
+}
+
+/// Register `sg_bucket`, `sg_bucket_ms` and `sg_le` in a session.
 pub fn register(ctx: &SessionContext) {
     let to_bucket = |args: &[ColumnarValue]| -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
@@ -52,6 +79,23 @@ pub fn register(ctx: &SessionContext) {
         DataType::Int32,
         Volatility::Immutable,
         Arc::new(to_bucket),
+    ));
+    let bounds = le_bounds();
+    let to_le = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let values = arrays[0].as_primitive::<Float64Type>();
+        let out: Int32Array = values
+            .iter()
+            .map(|v| v.map(|v| le_index(&bounds, v)))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+    };
+    ctx.register_udf(create_udf(
+        "sg_le",
+        vec![DataType::Float64],
+        DataType::Int32,
+        Volatility::Immutable,
+        Arc::new(to_le),
     ));
     ctx.register_udf(create_udf(
         "sg_bucket_ms",
@@ -78,6 +122,29 @@ mod tests {
             );
             ms *= 1.013;
         }
+    }
+
+    /// The Prometheus bounds run 1 ms .. 60 s, increasing, each within 1.25x the previous.
+    #[test]
+    fn le_bounds_cover_one_ms_to_sixty_s() {
+        let bounds = le_bounds();
+        assert_eq!(bounds.first(), Some(&0.001));
+        assert_eq!(bounds.last(), Some(&60.0));
+        for pair in bounds.windows(2) {
+            let factor = pair[1] / pair[0];
+            assert!(factor > 1.0 && factor <= 1.25, "{pair:?}");
+        }
+    }
+
+    /// `le` is inclusive: a value equal to a bound counts in that bound's bucket.
+    #[test]
+    fn le_index_is_inclusive() {
+        let bounds = le_bounds();
+        assert_eq!(le_index(&bounds, 0.0), 0);
+        assert_eq!(le_index(&bounds, 0.001), 0);
+        assert_eq!(le_index(&bounds, 0.0010001), 1);
+        assert_eq!(le_index(&bounds, 60.0), 50);
+        assert_eq!(le_index(&bounds, 61.0), 51);
     }
 
     /// Buckets are ordered like the values.

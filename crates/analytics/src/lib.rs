@@ -15,9 +15,9 @@ pub mod queries;
 pub mod report;
 pub mod sink;
 
-pub use alerts::{Alert, AlertThresholds};
+pub use alerts::{Alert, AlertDefinition, AlertThresholds};
 pub use assembly::{Assembly, AssemblyConfig, AssemblyMetrics};
 pub use engine::{AnalysisError, Engine, Params, Partials};
-pub use live::{AnalysisMetrics, AnalyticsConfig, LiveAnalysis};
+pub use live::{AnalysisMetrics, AnalyticsConfig, IntervalObserver, LiveAnalysis};
 pub use report::Report;
 pub use sink::{MemorySink, ReleasedTraces, TraceSink};

@@ -112,6 +112,13 @@ impl AnalysisMetrics {
     }
 }
 
+/// Told about every analysed interval: its partials (what this interval added, for
+/// counters) and the window's new report (for gauges and alerts). Called on the analysis
+/// task, inside the runtime; slow work (network) belongs in a spawned task.
+pub trait IntervalObserver: Send + Sync {
+    fn interval(&self, partials: &Partials, report: &Arc<Report>, now: SystemTime);
+}
+
 struct Interval {
     start: SystemTime,
     end: SystemTime,
@@ -128,6 +135,7 @@ pub struct LiveAnalysis {
     window: Mutex<VecDeque<Interval>>,
     latest: RwLock<Arc<Report>>,
     interval_started: Mutex<SystemTime>,
+    observers: Vec<Arc<dyn IntervalObserver>>,
 }
 
 impl LiveAnalysis {
@@ -146,7 +154,14 @@ impl LiveAnalysis {
             window: Mutex::new(VecDeque::new()),
             latest: RwLock::new(Arc::new(Report::default())),
             interval_started: Mutex::new(SystemTime::now()),
+            observers: Vec::new(),
         }
+    }
+
+    /// Tell `observer` about every interval from now on.
+    pub fn with_observer(mut self, observer: Arc<dyn IntervalObserver>) -> Self {
+        self.observers.push(observer);
+        self
     }
 
     /// The latest window's report.
@@ -190,7 +205,7 @@ impl LiveAnalysis {
             window.push_back(Interval {
                 start,
                 end: now,
-                partials,
+                partials: partials.clone(),
             });
             let horizon = now.checked_sub(self.config.window).unwrap_or(UNIX_EPOCH);
             while window.front().is_some_and(|i| i.end <= horizon) {
@@ -206,6 +221,9 @@ impl LiveAnalysis {
         let report =
             Arc::new(Report::build(&self.engine, &window, bounds, &self.thresholds).await?);
         *self.latest.write().unwrap_or_else(|p| p.into_inner()) = report.clone();
+        for observer in &self.observers {
+            observer.interval(&partials, &report, now);
+        }
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());

@@ -35,7 +35,8 @@ pub const DERIVED: &[Query] = &[
 /// the report.
 pub const PARTIALS: &[Query] = &[
     query!("partial_edges"),
-    query!("partial_causes"),
+    query!("partial_calls"),
+    query!("partial_attempts"),
     query!("partial_timeouts"),
     query!("partial_layers"),
     query!("partial_latency"),
