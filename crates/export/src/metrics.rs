@@ -1,0 +1,769 @@
+//! The figure metrics of METRICS.md ("Prometheus exposition"), as one Prometheus collector.
+//!
+//! * Counters grow from each analysed interval's partial aggregates (what that interval's
+//!   completed traces added), so they sum exactly across instances.
+//! * `stormglass_layer_duration_seconds` is a histogram with the fixed bounds of
+//!   [`histogram::le_bounds`] (1 ms .. 60 s, factor <= 1.25); its bucket counts are exact
+//!   (`le` is computed per span by comparison, not read back from the log buckets) and its
+//!   sum is the exact sum of durations.
+//! * Gauges are replaced from each window's report; a figure that is null in the report
+//!   (empty denominator) has no series.
+//!
+//! A series appears at 0 and its first increment is applied one interval later, so
+//! Prometheus' `rate()`/`increase()` see it start from 0 instead of missing the first
+//! interval's count. Every edge's safety counters (`unsafe_retries`, orphans, deadline
+//! violations, ...) exist from the edge's first interval, at 0 until something happens.
+//!
+//! Cardinality: each metric holds at most `limits.max_series_per_metric` series. A new series
+//! beyond that is folded into `operation="__overflow__"` (the caller and callee kept), and if
+//! that series is new too, into a series whose caller, callee, service and operation are all
+//! `__overflow__`; the remaining labels (outcome, cause, ...) are closed sets, so the folded
+//! series are bounded. Folded updates are counted in `stormglass_export_overflow_total`. A
+//! ratio cannot be folded: gauge series beyond the limit are left out, and how many were is
+//! `stormglass_export_dropped_series`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use serde::{Deserialize, Deserializer};
+use stormglass_analytics::report::rows;
+use stormglass_analytics::{IntervalObserver, Partials, Report, histogram};
+
+/// The label value overflowing series are folded into.
+pub const OVERFLOW: &str = "__overflow__";
+
+/// Labels that identify services and operations (unbounded sets; folded on overflow).
+const IDENTITY: [&str; 4] = ["caller", "callee", "service", "operation"];
+
+const EDGE: &[&str] = &["caller", "callee", "operation"];
+const SERVICE: &[&str] = &["service"];
+
+struct Spec {
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+}
+
+const fn spec(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Spec {
+    Spec { name, help, labels }
+}
+
+// Counter families, in METRICS.md order; indexes into `State::counters`.
+const LOGICAL_CALLS: usize = 0;
+const ATTEMPTS: usize = 1;
+const ENTRY_REQUESTS: usize = 2;
+const LAYER_ATTEMPTS: usize = 3;
+const LAYER_BASELINE: usize = 4;
+const ORPHAN_PAIRS: usize = 5;
+const ORPHAN_WORK: usize = 6;
+const UNSAFE_RETRIES: usize = 7;
+const TIMEOUT_RETRIES_ON_WRITES: usize = 8;
+const IMMEDIATE_RETRIES: usize = 9;
+const DEADLINE_VIOLATIONS: usize = 10;
+const MULTI_LAYER: usize = 11;
+
+const COUNTERS: [Spec; 12] = [
+    spec(
+        "stormglass_logical_calls_total",
+        "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
+        &[
+            "caller",
+            "callee",
+            "operation",
+            "first_outcome",
+            "final_outcome",
+        ],
+    ),
+    spec(
+        "stormglass_attempts_total",
+        "Attempts, first or retry, by outcome class and cause (a retry's cause; none for first attempts).",
+        &[
+            "caller",
+            "callee",
+            "operation",
+            "attempt",
+            "outcome",
+            "cause",
+        ],
+    ),
+    spec(
+        "stormglass_entry_requests_total",
+        "Requests entering the system (root SERVER/CONSUMER spans), by entry service and operation.",
+        &["service", "operation"],
+    ),
+    spec(
+        "stormglass_layer_attempts_total",
+        "Attempts (and entry requests) received by a layer; divided by the baseline it is the amplification.",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_layer_baseline_attempts_total",
+        "Attempts a layer would have received with no retry anywhere upstream.",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_orphan_pairs_total",
+        "Cancelled or timed-out attempts whose callee kept working, by the callee's outcome (ok/failed/pending).",
+        &["caller", "callee", "operation", "server_outcome"],
+    ),
+    spec(
+        "stormglass_orphan_work_seconds_total",
+        "Seconds callees kept working after their caller cancelled or timed out.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_unsafe_retries_total",
+        "Retries of non-idempotent operations without an idempotency key.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_timeout_retries_on_writes_total",
+        "Retries caused by a deadline on non-idempotent operations (double-write risk).",
+        EDGE,
+    ),
+    spec(
+        "stormglass_immediate_retries_total",
+        "Retries started sooner than advice.min_backoff_ms after the previous attempt.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_deadline_violations_total",
+        "Deadline budget violations: inversion, overcommit, not_propagated.",
+        &["caller", "callee", "kind"],
+    ),
+    spec(
+        "stormglass_multi_layer_retry_traces_total",
+        "Traces in which two or more distinct callers retried, by entry service.",
+        SERVICE,
+    ),
+];
+
+const LAYER_DURATION: Spec = spec(
+    "stormglass_layer_duration_seconds",
+    "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
+    SERVICE,
+);
+
+const GAUGES: [Spec; 13] = [
+    spec(
+        "stormglass_effective_success_ratio",
+        "Window: logical calls whose first attempt succeeded / logical calls.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_raw_success_ratio",
+        "Window: logical calls whose final attempt succeeded / logical calls.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_retry_contribution_ratio",
+        "Window: successful logical calls that needed a retry / successful logical calls.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_retry_success_ratio",
+        "Window: successful retry attempts / retry attempts.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_retry_ratio",
+        "Window: retry attempts / first attempts.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_amplification_ratio",
+        "Window: attempts received by the layer / attempts it would receive with no retry upstream.",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_storm_potential_ratio",
+        "Window: product of (max attempt number + 1) along the deepest call chain below the entry operation.",
+        &["service", "operation"],
+    ),
+    spec(
+        "stormglass_layer_latency_p99_seconds",
+        "Window: P99 layer latency (log-bucketed, within 2%).",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_layer_latency_p999_seconds",
+        "Window: P99.9 layer latency (log-bucketed, within 2%).",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_layer_tail_ratio",
+        "Window: P99.9 / P99 layer latency.",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_timeout_seconds",
+        "Window: median deadline the caller gives the callee's operation.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_recommended_timeout_seconds",
+        "Window: callee P99.9 x advice.timeout_factor.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_callee_latency_p999_seconds",
+        "Window: the callee's P99.9 latency, per edge (what stormglass_timeout_seconds is compared with).",
+        EDGE,
+    ),
+];
+
+type Key = Vec<String>;
+
+#[derive(Default)]
+struct Family {
+    series: BTreeMap<Key, f64>,
+}
+
+#[derive(Clone, Default)]
+struct Buckets {
+    /// Non-cumulative counts per `le` index; the last is +Inf.
+    counts: Vec<u64>,
+    sum: f64,
+}
+
+#[derive(Default)]
+struct State {
+    counters: Vec<Family>,
+    durations: BTreeMap<String, Buckets>,
+    gauges: Vec<Family>,
+    /// Increments of series created in the last interval, applied at the next one.
+    deferred: Vec<(usize, Key, f64)>,
+    deferred_durations: Vec<(String, Buckets)>,
+}
+
+/// Self-metrics of the exporter.
+#[derive(Clone)]
+struct ExportMetrics {
+    overflow: IntCounterVec,
+    dropped_gauges: IntGaugeVec,
+}
+
+/// The figure metrics: a [`Collector`] for `/metrics` and an [`IntervalObserver`] fed by the
+/// live analysis.
+pub struct FigureMetrics {
+    limit: usize,
+    bounds: Vec<f64>,
+    descs: Vec<Desc>,
+    state: Mutex<State>,
+    metrics: ExportMetrics,
+}
+
+impl FigureMetrics {
+    /// Register the figure metrics and their self-metrics in `registry`.
+    pub fn register(
+        registry: &Registry,
+        max_series_per_metric: usize,
+    ) -> prometheus::Result<Arc<Self>> {
+        let overflow = IntCounterVec::new(
+            Opts::new(
+                "stormglass_export_overflow_total",
+                "Updates folded into __overflow__ series because a metric reached limits.max_series_per_metric.",
+            ),
+            &["metric"],
+        )?;
+        let dropped_gauges = IntGaugeVec::new(
+            Opts::new(
+                "stormglass_export_dropped_series",
+                "Gauge series of the latest window left out because the metric reached limits.max_series_per_metric.",
+            ),
+            &["metric"],
+        )?;
+        registry.register(Box::new(overflow.clone()))?;
+        registry.register(Box::new(dropped_gauges.clone()))?;
+        let descs = COUNTERS
+            .iter()
+            .chain(std::iter::once(&LAYER_DURATION))
+            .chain(GAUGES.iter())
+            .map(|s| {
+                Desc::new(
+                    s.name.to_owned(),
+                    s.help.to_owned(),
+                    s.labels.iter().map(|l| (*l).to_owned()).collect(),
+                    HashMap::new(),
+                )
+            })
+            .collect::<prometheus::Result<Vec<_>>>()?;
+        let figures = Arc::new(FigureMetrics {
+            limit: max_series_per_metric.max(1),
+            bounds: histogram::le_bounds(),
+            descs,
+            state: Mutex::new(State {
+                counters: COUNTERS.iter().map(|_| Family::default()).collect(),
+                gauges: GAUGES.iter().map(|_| Family::default()).collect(),
+                ..State::default()
+            }),
+            metrics: ExportMetrics {
+                overflow,
+                dropped_gauges,
+            },
+        });
+        registry.register(Box::new(SharedCollector(figures.clone())))?;
+        Ok(figures)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Add one interval's partial aggregates to the counters and the histogram.
+    pub fn add_interval(&self, partials: &Partials) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        for (family, key, v) in std::mem::take(&mut state.deferred) {
+            *state.counters[family].series.entry(key).or_default() += v;
+        }
+        for (service, b) in std::mem::take(&mut state.deferred_durations) {
+            merge(state.durations.entry(service).or_default(), &b);
+        }
+        let mut add =
+            |family: usize, labels: Vec<String>, v: f64| self.add(state, family, labels, v);
+
+        for r in table_rows::<CallRow>(partials, "partial_calls") {
+            let labels = vec![
+                r.caller,
+                r.callee,
+                r.operation,
+                r.first_outcome,
+                r.final_outcome,
+            ];
+            add(LOGICAL_CALLS, labels, r.calls);
+        }
+        for r in table_rows::<AttemptRow>(partials, "partial_attempts") {
+            let labels = vec![
+                r.caller,
+                r.callee,
+                r.operation,
+                r.attempt,
+                r.outcome,
+                r.cause,
+            ];
+            add(ATTEMPTS, labels, r.attempts);
+        }
+        for r in table_rows::<EntryRow>(partials, "partial_entries") {
+            add(ENTRY_REQUESTS, vec![r.service, r.operation], r.requests);
+        }
+        for r in table_rows::<LayerRow>(partials, "partial_layers") {
+            add(LAYER_ATTEMPTS, vec![r.service.clone()], r.received);
+            add(LAYER_BASELINE, vec![r.service], r.baseline);
+        }
+        for r in table_rows::<EdgeRow>(partials, "partial_edges") {
+            let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
+            add(UNSAFE_RETRIES, edge.clone(), r.unsafe_retries);
+            add(
+                TIMEOUT_RETRIES_ON_WRITES,
+                edge.clone(),
+                r.timeout_retries_on_writes,
+            );
+            add(IMMEDIATE_RETRIES, edge.clone(), r.immediate_retries);
+            add(ORPHAN_WORK, edge.clone(), 0.0);
+            for outcome in ["ok", "failed", "pending"] {
+                let mut labels = edge.clone();
+                labels.push(outcome.to_owned());
+                add(ORPHAN_PAIRS, labels, 0.0);
+            }
+            for kind in ["inversion", "overcommit", "not_propagated"] {
+                add(
+                    DEADLINE_VIOLATIONS,
+                    vec![r.caller.clone(), r.callee.clone(), kind.to_owned()],
+                    0.0,
+                );
+            }
+        }
+        for r in table_rows::<OrphanRow>(partials, "partial_orphans") {
+            let edge = vec![r.caller, r.callee, r.operation];
+            let mut labels = edge.clone();
+            labels.push(r.server_outcome);
+            add(ORPHAN_PAIRS, labels, r.pairs);
+            add(ORPHAN_WORK, edge, r.work_ms / 1e3);
+        }
+        for r in table_rows::<FindingRow>(partials, "partial_findings") {
+            let kind = match r.kind.as_str() {
+                "deadline_inversion" => "inversion",
+                "overcommit" => "overcommit",
+                "not_propagated" => "not_propagated",
+                _ => continue,
+            };
+            add(
+                DEADLINE_VIOLATIONS,
+                vec![r.caller, r.callee, kind.to_owned()],
+                r.count,
+            );
+        }
+        for r in table_rows::<TraceRow>(partials, "partial_traces") {
+            add(MULTI_LAYER, vec![r.service], r.multi_layer_retry_traces);
+        }
+
+        let mut durations: BTreeMap<String, Buckets> = BTreeMap::new();
+        let width = self.bounds.len() + 1;
+        for r in table_rows::<LatencyRow>(partials, "partial_latency") {
+            let b = durations.entry(r.service).or_insert_with(|| Buckets {
+                counts: vec![0; width],
+                sum: 0.0,
+            });
+            let le = usize::try_from(r.le).unwrap_or(0).min(width - 1);
+            b.counts[le] += r.n;
+            b.sum += r.seconds;
+        }
+        for (service, b) in durations {
+            self.add_durations(state, service, b);
+        }
+    }
+
+    fn add(&self, state: &mut State, family: usize, labels: Vec<String>, v: f64) {
+        let spec = &COUNTERS[family];
+        let series = &mut state.counters[family].series;
+        if let Some(total) = series.get_mut(&labels) {
+            *total += v;
+            return;
+        }
+        let key = match fold(spec, series, labels, self.limit) {
+            Folded::No(key) => key,
+            Folded::Yes(key) => {
+                self.metrics.overflow.with_label_values(&[spec.name]).inc();
+                key
+            }
+        };
+        match series.get_mut(&key) {
+            Some(total) => *total += v,
+            None => {
+                series.insert(key.clone(), 0.0);
+                if v != 0.0 {
+                    state.deferred.push((family, key, v));
+                }
+            }
+        }
+    }
+
+    fn add_durations(&self, state: &mut State, service: String, b: Buckets) {
+        if let Some(existing) = state.durations.get_mut(&service) {
+            merge(existing, &b);
+            return;
+        }
+        let service = if state.durations.len() < self.limit {
+            service
+        } else {
+            self.metrics
+                .overflow
+                .with_label_values(&[LAYER_DURATION.name])
+                .inc();
+            OVERFLOW.to_owned()
+        };
+        match state.durations.get_mut(&service) {
+            Some(existing) => merge(existing, &b),
+            None => {
+                let width = b.counts.len();
+                state.durations.insert(
+                    service.clone(),
+                    Buckets {
+                        counts: vec![0; width],
+                        sum: 0.0,
+                    },
+                );
+                state.deferred_durations.push((service, b));
+            }
+        }
+    }
+
+    /// Replace the gauges with the figures of a window's report.
+    pub fn set_window(&self, report: &Report) {
+        let mut gauges: Vec<Family> = GAUGES.iter().map(|_| Family::default()).collect();
+        let mut set = |family: usize, labels: Vec<String>, v: Option<f64>| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                gauges[family].series.insert(labels, v);
+            }
+        };
+        let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1e3);
+        for e in &report.edges {
+            let edge = vec![e.caller.clone(), e.callee.clone(), e.operation.clone()];
+            set(0, edge.clone(), e.effective_success_rate);
+            set(1, edge.clone(), e.raw_success_rate);
+            set(2, edge.clone(), e.retry_contribution);
+            set(3, edge.clone(), e.retry_success_rate);
+            set(4, edge.clone(), e.retry_ratio);
+            set(10, edge.clone(), seconds(e.timeout_ms));
+            set(11, edge.clone(), seconds(e.recommended_timeout_ms));
+            set(12, edge, seconds(e.callee_p999_ms));
+        }
+        for l in &report.layers {
+            let service = vec![l.service.clone()];
+            set(5, service.clone(), l.amplification);
+            set(7, service.clone(), seconds(l.p99_ms));
+            set(8, service.clone(), seconds(l.p999_ms));
+            set(9, service, l.tail_ratio);
+        }
+        for e in &report.entries {
+            set(
+                6,
+                vec![e.service.clone(), e.operation.clone()],
+                Some(e.storm_potential),
+            );
+        }
+        for (spec, family) in GAUGES.iter().zip(gauges.iter_mut()) {
+            let dropped = family.series.len().saturating_sub(self.limit);
+            if dropped > 0 {
+                let kept = family.series.keys().nth(self.limit).cloned();
+                if let Some(first_dropped) = kept {
+                    family.series.split_off(&first_dropped);
+                }
+            }
+            self.metrics
+                .dropped_gauges
+                .with_label_values(&[spec.name])
+                .set(i64::try_from(dropped).unwrap_or(i64::MAX));
+        }
+        self.lock().gauges = gauges;
+    }
+
+    fn families(&self) -> Vec<MetricFamily> {
+        let state = self.lock();
+        let mut out = Vec::new();
+        for (spec, family) in COUNTERS.iter().zip(&state.counters) {
+            out.push(family_of(spec, MetricType::COUNTER, family, |v| {
+                let mut c = proto::Counter::default();
+                c.set_value(v);
+                let mut m = proto::Metric::default();
+                m.set_counter(c);
+                m
+            }));
+        }
+        let mut durations = new_family(&LAYER_DURATION, MetricType::HISTOGRAM);
+        for (service, b) in &state.durations {
+            let mut cumulative = 0;
+            let mut buckets = Vec::with_capacity(self.bounds.len());
+            for (bound, n) in self.bounds.iter().zip(&b.counts) {
+                cumulative += n;
+                let mut bucket = proto::Bucket::default();
+                bucket.set_upper_bound(*bound);
+                bucket.set_cumulative_count(cumulative);
+                buckets.push(bucket);
+            }
+            let mut h = proto::Histogram::default();
+            h.set_bucket(buckets);
+            h.set_sample_count(b.counts.iter().sum());
+            h.set_sample_sum(b.sum);
+            let mut m = proto::Metric::default();
+            m.set_histogram(h);
+            m.set_label(label_pairs(
+                LAYER_DURATION.labels,
+                std::slice::from_ref(service),
+            ));
+            durations.mut_metric().push(m);
+        }
+        out.push(durations);
+        for (spec, family) in GAUGES.iter().zip(&state.gauges) {
+            out.push(family_of(spec, MetricType::GAUGE, family, |v| {
+                let mut g = proto::Gauge::default();
+                g.set_value(v);
+                let mut m = proto::Metric::default();
+                m.set_gauge(g);
+                m
+            }));
+        }
+        out
+    }
+}
+
+impl IntervalObserver for FigureMetrics {
+    fn interval(&self, partials: &Partials, report: &Arc<Report>, _now: SystemTime) {
+        self.add_interval(partials);
+        self.set_window(report);
+    }
+}
+
+/// The registry owns a collector by value; this one shares the state with the observer.
+struct SharedCollector(Arc<FigureMetrics>);
+
+impl Collector for SharedCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.0.families()
+    }
+}
+
+enum Folded {
+    No(Key),
+    Yes(Key),
+}
+
+/// The key a new series is stored under, given the limit (see the module docs).
+fn fold(spec: &Spec, series: &BTreeMap<Key, f64>, labels: Key, limit: usize) -> Folded {
+    if series.len() < limit {
+        return Folded::No(labels);
+    }
+    let replace = |labels: &Key, which: &[&str]| -> Key {
+        spec.labels
+            .iter()
+            .zip(labels)
+            .map(|(name, value)| {
+                if which.contains(name) {
+                    OVERFLOW.to_owned()
+                } else {
+                    value.clone()
+                }
+            })
+            .collect()
+    };
+    if spec.labels.contains(&"operation") {
+        let by_operation = replace(&labels, &["operation"]);
+        if series.contains_key(&by_operation) {
+            return Folded::Yes(by_operation);
+        }
+    }
+    Folded::Yes(replace(&labels, &IDENTITY))
+}
+
+fn merge(into: &mut Buckets, from: &Buckets) {
+    if into.counts.len() < from.counts.len() {
+        into.counts.resize(from.counts.len(), 0);
+    }
+    for (a, b) in into.counts.iter_mut().zip(&from.counts) {
+        *a += b;
+    }
+    into.sum += from.sum;
+}
+
+fn new_family(spec: &Spec, kind: MetricType) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(spec.name.to_owned());
+    family.set_help(spec.help.to_owned());
+    family.set_field_type(kind);
+    family
+}
+
+fn family_of(
+    spec: &Spec,
+    kind: MetricType,
+    family: &Family,
+    metric: impl Fn(f64) -> proto::Metric,
+) -> MetricFamily {
+    let mut out = new_family(spec, kind);
+    for (labels, v) in &family.series {
+        let mut m = metric(*v);
+        m.set_label(label_pairs(spec.labels, labels));
+        out.mut_metric().push(m);
+    }
+    out
+}
+
+fn label_pairs(names: &[&str], values: &[String]) -> Vec<proto::LabelPair> {
+    names
+        .iter()
+        .zip(values)
+        .map(|(name, value)| {
+            let mut pair = proto::LabelPair::default();
+            pair.set_name((*name).to_owned());
+            pair.set_value(value.clone());
+            pair
+        })
+        .collect()
+}
+
+fn table_rows<T: serde::de::DeserializeOwned>(partials: &Partials, name: &str) -> Vec<T> {
+    partials.table(name).map(rows::<T>).unwrap_or_else(|| {
+        debug_assert!(false, "partial {name} is missing");
+        Vec::new()
+    })
+}
+
+/// A label column: null (an unnamed service or operation) becomes "unknown".
+fn label<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(|| "unknown".to_owned()))
+}
+
+/// A count column: null (SUM over nothing) is 0.
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(0.0))
+}
+
+macro_rules! row {
+    ($name:ident { $($label:ident),* ; $($count:ident),* }) => {
+        #[derive(Deserialize)]
+        struct $name {
+            $(#[serde(deserialize_with = "label")] $label: String,)*
+            $(#[serde(deserialize_with = "count", default)] $count: f64,)*
+        }
+    };
+}
+
+row!(CallRow { caller, callee, operation, first_outcome, final_outcome; calls });
+row!(AttemptRow { caller, callee, operation, attempt, outcome, cause; attempts });
+row!(EntryRow { service, operation; requests });
+row!(LayerRow { service; received, baseline });
+row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries });
+row!(OrphanRow { caller, callee, operation, server_outcome; pairs, work_ms });
+row!(FindingRow { kind, caller, callee; count });
+row!(TraceRow { service; multi_layer_retry_traces });
+
+#[derive(Deserialize)]
+struct LatencyRow {
+    #[serde(deserialize_with = "label")]
+    service: String,
+    le: i64,
+    n: u64,
+    seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(values: &[&str]) -> Key {
+        values.iter().map(|v| (*v).to_owned()).collect()
+    }
+
+    /// Over the limit, a new edge folds into operation="__overflow__" when that series
+    /// exists, otherwise into the all-identity overflow series; existing series still grow.
+    #[test]
+    fn folding_keeps_series_bounded() {
+        let spec = &COUNTERS[UNSAFE_RETRIES];
+        let mut series = BTreeMap::new();
+        series.insert(key(&["a", "b", "op1"]), 1.0);
+        let Folded::Yes(first) = fold(spec, &series, key(&["a", "b", "op2"]), 1) else {
+            panic!("over the limit must fold");
+        };
+        assert_eq!(first, key(&[OVERFLOW, OVERFLOW, OVERFLOW]));
+        series.insert(key(&["a", "b", OVERFLOW]), 0.0);
+        let Folded::Yes(second) = fold(spec, &series, key(&["a", "b", "op3"]), 1) else {
+            panic!("over the limit must fold");
+        };
+        assert_eq!(second, key(&["a", "b", OVERFLOW]));
+        assert!(matches!(
+            fold(spec, &series, key(&["x", "y", "z"]), 10),
+            Folded::No(_)
+        ));
+    }
+
+    /// Closed-set labels (outcome, cause) survive folding.
+    #[test]
+    fn folding_keeps_closed_labels() {
+        let spec = &COUNTERS[ATTEMPTS];
+        let series: BTreeMap<Key, f64> =
+            [(key(&["a", "b", "op", "first", "ok", "none"]), 1.0)].into();
+        let Folded::Yes(folded) = fold(
+            spec,
+            &series,
+            key(&["c", "d", "op", "retry", "deadline", "deadline"]),
+            1,
+        ) else {
+            panic!("over the limit must fold");
+        };
+        assert_eq!(
+            folded,
+            key(&[
+                OVERFLOW, OVERFLOW, OVERFLOW, "retry", "deadline", "deadline"
+            ])
+        );
+    }
+}

@@ -1,0 +1,464 @@
+//! The built-in alert evaluator and its notifiers.
+//!
+//! After every analysed interval the evaluator reads which alert conditions hold on the new
+//! window ([`Report::alerts`], from the definitions in `stormglass_analytics::alerts`). A
+//! condition that starts holding is *pending*; once it has held for the definition's `for:`
+//! it is *firing*, and is posted to every configured Alertmanager (`POST /api/v2/alerts`)
+//! and webhook. Firing alerts are re-sent every `alerts.resend_interval` with an `endsAt`
+//! far enough ahead that Alertmanager keeps them while we run and resolves them by itself if
+//! we stop; when the condition no longer holds, the alert is sent once more as resolved
+//! (`endsAt` = now). This is Prometheus' own protocol with Alertmanager.
+//!
+//! Sending runs on spawned tasks, bounded by `alerts.send_timeout`; each attempt is counted
+//! in `stormglass_alert_notifications_total{receiver,result}` and failures are logged.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use serde::{Deserialize, Serialize};
+use stormglass_analytics::alerts::{AlertDefinition, definition};
+use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report, duration};
+
+use crate::rules::{DEFAULT_RUNBOOK_BASE, runbook_url};
+
+/// The receiver half of the `alerts.*` section (the thresholds are the other half).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// Alertmanager base URLs (`http://host:9093`); alerts go to `<url>/api/v2/alerts`.
+    #[serde(deserialize_with = "urls")]
+    pub alertmanagers: Vec<String>,
+    /// URLs that receive a JSON document per notification (see [`WebhookPayload`]).
+    #[serde(deserialize_with = "urls")]
+    pub webhooks: Vec<String>,
+    /// How often firing alerts are re-sent.
+    #[serde(with = "duration")]
+    pub resend_interval: Duration,
+    /// Bound on one HTTP request to a receiver.
+    #[serde(with = "duration")]
+    pub send_timeout: Duration,
+    /// Labels added to every alert stormglass sends (like Prometheus' external_labels).
+    pub labels: BTreeMap<String, String>,
+    /// Base of the runbook links (the README that holds the runbooks).
+    pub runbook_base: String,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig {
+            alertmanagers: Vec::new(),
+            webhooks: Vec::new(),
+            resend_interval: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(10),
+            labels: BTreeMap::new(),
+            runbook_base: DEFAULT_RUNBOOK_BASE.to_owned(),
+        }
+    }
+}
+
+impl NotifyConfig {
+    /// The keys of `alerts.*` that belong to this struct (the rest are thresholds).
+    pub const KEYS: [&'static str; 6] = [
+        "alertmanagers",
+        "webhooks",
+        "resend_interval",
+        "send_timeout",
+        "labels",
+        "runbook_base",
+    ];
+
+    pub fn validate(&self, prefix: &str) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        for (key, urls) in [
+            ("alertmanagers", &self.alertmanagers),
+            ("webhooks", &self.webhooks),
+        ] {
+            for (i, url) in urls.iter().enumerate() {
+                if !url.starts_with("http://") {
+                    problems.push((
+                        format!("{prefix}.{key}.{i}"),
+                        format!(
+                            "{url:?} must be an http:// URL (TLS receivers: put a local proxy in front)"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (key, value) in [
+            ("resend_interval", self.resend_interval),
+            ("send_timeout", self.send_timeout),
+        ] {
+            if value.is_zero() {
+                problems.push((
+                    format!("{prefix}.{key}"),
+                    "must be greater than 0 (e.g. 1m)".into(),
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// A list of URLs, or one string of comma-separated URLs (as an environment variable
+/// writes it: `STORMGLASS_ALERTS__ALERTMANAGERS=http://a:9093,http://b:9093`).
+fn urls<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Urls {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(match Urls::deserialize(d)? {
+        Urls::List(list) => list,
+        Urls::Text(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+/// An alert as the evaluator holds it: pending or firing.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AlertStatus {
+    pub name: String,
+    pub severity: String,
+    /// `pending` (condition holds, not yet for `for:`) or `firing`.
+    pub state: &'static str,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+    /// RFC 3339: when the condition started holding.
+    pub active_since: String,
+    /// RFC 3339: when it started firing.
+    pub firing_since: Option<String>,
+    pub summary: String,
+    pub description: String,
+    pub runbook_url: String,
+}
+
+/// An alert series: its name and labels.
+type AlertKey = (String, BTreeMap<String, String>);
+
+struct Active {
+    definition: &'static AlertDefinition,
+    labels: BTreeMap<String, String>,
+    value: f64,
+    active_since: SystemTime,
+    firing_since: Option<SystemTime>,
+    last_sent: Option<SystemTime>,
+}
+
+/// One alert in Alertmanager's v2 API (`postableAlert`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostableAlert {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub starts_at: String,
+    pub ends_at: String,
+    #[serde(rename = "generatorURL")]
+    pub generator_url: String,
+}
+
+/// What a webhook receives: Alertmanager's webhook shape, reduced to what stormglass knows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WebhookPayload {
+    pub version: String,
+    pub receiver: String,
+    /// `firing` if any alert in this notification fires, else `resolved`.
+    pub status: String,
+    pub alerts: Vec<WebhookAlert>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookAlert {
+    pub status: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub starts_at: String,
+    pub ends_at: String,
+    pub value: f64,
+}
+
+#[derive(Clone)]
+struct NotifyMetrics {
+    notifications: IntCounterVec,
+    alerts: IntGaugeVec,
+}
+
+/// The built-in evaluator: an [`IntervalObserver`] of the live analysis.
+pub struct AlertEvaluator {
+    config: NotifyConfig,
+    thresholds: AlertThresholds,
+    /// How long a firing alert stays valid in Alertmanager without being re-sent.
+    lifetime: Duration,
+    generator_url: Mutex<String>,
+    client: reqwest::Client,
+    active: Mutex<BTreeMap<AlertKey, Active>>,
+    metrics: NotifyMetrics,
+}
+
+impl AlertEvaluator {
+    /// `interval` is the analysis interval: alerts are evaluated (and re-sent) that often.
+    pub fn register(
+        registry: &Registry,
+        config: NotifyConfig,
+        thresholds: AlertThresholds,
+        interval: Duration,
+    ) -> Result<Arc<Self>, NotifyError> {
+        let notifications = IntCounterVec::new(
+            Opts::new(
+                "stormglass_alert_notifications_total",
+                "Alert notifications posted by the built-in evaluator, by receiver type and result.",
+            ),
+            &["receiver", "result"],
+        )?;
+        let alerts = IntGaugeVec::new(
+            Opts::new(
+                "stormglass_alerts",
+                "Alerts of the built-in evaluator, by state (pending, firing).",
+            ),
+            &["state"],
+        )?;
+        registry.register(Box::new(notifications.clone()))?;
+        registry.register(Box::new(alerts.clone()))?;
+        for state in ["pending", "firing"] {
+            alerts.with_label_values(&[state]).set(0);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(config.send_timeout)
+            .build()?;
+        Ok(Arc::new(AlertEvaluator {
+            lifetime: 4 * config.resend_interval.max(interval),
+            config,
+            thresholds,
+            generator_url: Mutex::new(String::new()),
+            client,
+            active: Mutex::new(BTreeMap::new()),
+            metrics: NotifyMetrics {
+                notifications,
+                alerts,
+            },
+        }))
+    }
+
+    /// The URL alerts link back to (the API's alert list), known once the API is bound.
+    pub fn set_generator_url(&self, url: String) {
+        *self.generator_url.lock().unwrap_or_else(|p| p.into_inner()) = url;
+    }
+
+    /// Pending and firing alerts, firing first.
+    pub fn alerts(&self) -> Vec<AlertStatus> {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<AlertStatus> = active.values().map(|a| self.status(a)).collect();
+        out.sort_by_key(|a| a.state != "firing");
+        out
+    }
+
+    fn status(&self, a: &Active) -> AlertStatus {
+        let d = a.definition;
+        AlertStatus {
+            name: d.name.to_owned(),
+            severity: d.severity.to_owned(),
+            state: if a.firing_since.is_some() {
+                "firing"
+            } else {
+                "pending"
+            },
+            labels: a.labels.clone(),
+            value: a.value,
+            active_since: rfc3339(a.active_since),
+            firing_since: a.firing_since.map(rfc3339),
+            summary: d.render(d.summary, &a.labels, a.value, &self.thresholds),
+            description: d.render(d.description, &a.labels, a.value, &self.thresholds),
+            runbook_url: runbook_url(&self.config.runbook_base, &d.runbook_anchor()),
+        }
+    }
+
+    /// Step the alerts to the conditions holding on `report` at `now`; returns the
+    /// notifications due (firing, then resolved), already marked as sent.
+    pub fn evaluate(&self, report: &Report, now: SystemTime) -> Vec<WebhookAlert> {
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due = Vec::new();
+        let mut holding = std::collections::BTreeSet::new();
+        for alert in &report.alerts {
+            let Some(d) = definition(&alert.name) else {
+                continue;
+            };
+            let key = (alert.name.clone(), alert.labels.clone());
+            holding.insert(key.clone());
+            let a = active.entry(key).or_insert_with(|| Active {
+                definition: d,
+                labels: alert.labels.clone(),
+                value: alert.value,
+                active_since: now,
+                firing_since: None,
+                last_sent: None,
+            });
+            a.value = alert.value;
+            let held = now.duration_since(a.active_since).unwrap_or_default();
+            if a.firing_since.is_none() && held >= d.hold {
+                a.firing_since = Some(now);
+                tracing::warn!(alert = d.name, labels = ?a.labels, value = a.value, "alert firing");
+            }
+            let resend_due = a.last_sent.is_none_or(|sent| {
+                now.duration_since(sent).unwrap_or_default() >= self.config.resend_interval
+            });
+            if a.firing_since.is_some() && resend_due {
+                a.last_sent = Some(now);
+                due.push(self.notification(a, "firing", now + self.lifetime));
+            }
+        }
+        let ended: Vec<_> = active
+            .keys()
+            .filter(|k| !holding.contains(*k))
+            .cloned()
+            .collect();
+        for key in ended {
+            if let Some(a) = active.remove(&key)
+                && a.firing_since.is_some()
+            {
+                tracing::info!(alert = a.definition.name, labels = ?a.labels, "alert resolved");
+                due.push(self.notification(&a, "resolved", now));
+            }
+        }
+        let firing = active.values().filter(|a| a.firing_since.is_some()).count();
+        self.metrics
+            .alerts
+            .with_label_values(&["firing"])
+            .set(firing as i64);
+        self.metrics
+            .alerts
+            .with_label_values(&["pending"])
+            .set((active.len() - firing) as i64);
+        due
+    }
+
+    fn notification(&self, a: &Active, status: &str, ends_at: SystemTime) -> WebhookAlert {
+        let d = a.definition;
+        let mut labels = self.config.labels.clone();
+        labels.extend(a.labels.clone());
+        labels.insert("alertname".into(), d.name.into());
+        labels.insert("severity".into(), d.severity.into());
+        let annotations = [
+            (
+                "summary",
+                d.render(d.summary, &a.labels, a.value, &self.thresholds),
+            ),
+            (
+                "description",
+                d.render(d.description, &a.labels, a.value, &self.thresholds),
+            ),
+            (
+                "runbook_url",
+                runbook_url(&self.config.runbook_base, &d.runbook_anchor()),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        WebhookAlert {
+            status: status.to_owned(),
+            labels,
+            annotations,
+            starts_at: rfc3339(a.firing_since.unwrap_or(a.active_since)),
+            ends_at: rfc3339(ends_at),
+            value: a.value,
+        }
+    }
+
+    /// Post `due` to every receiver, on a spawned task.
+    fn send(&self, due: Vec<WebhookAlert>) {
+        if due.is_empty()
+            || (self.config.alertmanagers.is_empty() && self.config.webhooks.is_empty())
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!("alert notifications need a tokio runtime; not sent");
+            return;
+        };
+        let generator_url = self
+            .generator_url
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let postable: Vec<PostableAlert> = due
+            .iter()
+            .map(|a| PostableAlert {
+                labels: a.labels.clone(),
+                annotations: a.annotations.clone(),
+                starts_at: a.starts_at.clone(),
+                ends_at: a.ends_at.clone(),
+                generator_url: generator_url.clone(),
+            })
+            .collect();
+        let webhook = WebhookPayload {
+            version: "1".into(),
+            receiver: "stormglass".into(),
+            status: if due.iter().any(|a| a.status == "firing") {
+                "firing".into()
+            } else {
+                "resolved".into()
+            },
+            alerts: due,
+        };
+        let mut posts = Vec::new();
+        for base in &self.config.alertmanagers {
+            let url = format!("{}/api/v2/alerts", base.trim_end_matches('/'));
+            posts.push(("alertmanager", url, serde_json::to_vec(&postable)));
+        }
+        for url in &self.config.webhooks {
+            posts.push(("webhook", url.clone(), serde_json::to_vec(&webhook)));
+        }
+        for (receiver, url, body) in posts {
+            let client = self.client.clone();
+            let counter = self.metrics.notifications.clone();
+            runtime.spawn(async move {
+                let result = match body {
+                    Ok(body) => client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .and_then(reqwest::Response::error_for_status)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match result {
+                    Ok(()) => counter.with_label_values(&[receiver, "sent"]).inc(),
+                    Err(error) => {
+                        counter.with_label_values(&[receiver, "failed"]).inc();
+                        tracing::warn!(receiver, url, error, "alert notification failed");
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl IntervalObserver for AlertEvaluator {
+    fn interval(&self, _partials: &Partials, report: &Arc<Report>, now: SystemTime) {
+        let due = self.evaluate(report, now);
+        self.send(due);
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Registering the evaluator failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    #[error("cannot register the alert metrics")]
+    Metrics(#[from] prometheus::Error),
+    #[error("cannot build the HTTP client for alert receivers")]
+    Client(#[from] reqwest::Error),
+}

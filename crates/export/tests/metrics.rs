@@ -1,0 +1,314 @@
+//! The figure metrics on the fixtures: what `/metrics` exposes after live intervals equals
+//! the window report's figures, counters start at 0 and sum exactly, and the cardinality
+//! bound folds new series into `__overflow__`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../../tests/fixtures.rs"]
+mod fixtures;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fixtures::Spans;
+use prometheus::{Encoder, Registry, TextEncoder};
+use stormglass_analytics::alerts::AlertThresholds;
+use stormglass_analytics::{
+    AnalysisMetrics, AnalyticsConfig, Engine, LiveAnalysis, ReleasedTraces, Report, TraceSink,
+};
+use stormglass_export::FigureMetrics;
+use stormglass_model::{Conventions, encode_request};
+
+/// Every sample of the registry's text exposition, by `name{labels}`.
+fn samples(registry: &Registry) -> BTreeMap<String, f64> {
+    let mut text = Vec::new();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut text)
+        .unwrap();
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Sum of the samples of `name` whose labels include every `k="v"` of `labels`.
+fn sum(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+    samples
+        .iter()
+        .filter(|(series, _)| {
+            series.split('{').next() == Some(name) && labels.iter().all(|l| series.contains(l))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+struct Live {
+    registry: Registry,
+    live: LiveAnalysis,
+    t0: SystemTime,
+    intervals: u64,
+}
+
+impl Live {
+    fn new(max_series: usize) -> Live {
+        let registry = Registry::new();
+        let figures = FigureMetrics::register(&registry, max_series).unwrap();
+        let live = LiveAnalysis::new(
+            Engine::default(),
+            AlertThresholds::default(),
+            AnalyticsConfig::default(),
+            AnalysisMetrics::unregistered(),
+        )
+        .with_observer(figures);
+        Live {
+            registry,
+            live,
+            t0: SystemTime::now(),
+            intervals: 0,
+        }
+    }
+
+    async fn interval(&mut self, spans: &Spans) -> Arc<Report> {
+        for request in spans.requests_by_trace() {
+            let (batch, _) = encode_request(&Conventions::default(), &request);
+            self.live.release(ReleasedTraces { batch, traces: 1 });
+        }
+        self.intervals += 1;
+        self.live
+            .run_interval(self.t0 + Duration::from_secs(10 * self.intervals))
+            .await
+            .unwrap()
+    }
+}
+
+fn all_fixtures() -> Spans {
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    fixtures::budgets(&mut s, 10);
+    fixtures::unsafe_post(&mut s, 20);
+    fixtures::pending_orphans(&mut s, 30);
+    fixtures::both_shapes(&mut s, 40);
+    fixtures::healthy(&mut s, 50);
+    s
+}
+
+/// Every failure mode in one interval: after the next interval the counters hold exactly the
+/// report's counts (logical calls, attempts by kind and outcome, layer attempts and
+/// baselines, orphans, unsafe/immediate/timeout-on-write retries, deadline violations,
+/// multi-layer traces, entry requests), the histogram counts every layer duration, and the
+/// gauges equal the report's figures in base units.
+#[tokio::test]
+async fn exposition_matches_the_report() {
+    let mut live = Live::new(2000);
+    let spans = all_fixtures();
+    let report = live.interval(&spans).await;
+
+    // A new series is exposed at 0 first, so Prometheus' increase() sees it start.
+    let first = samples(&live.registry);
+    assert_eq!(sum(&first, "stormglass_logical_calls_total", &[]), 0.0);
+    assert!(
+        first
+            .keys()
+            .any(|k| k.starts_with("stormglass_logical_calls_total{"))
+    );
+    assert_eq!(
+        sum(&first, "stormglass_layer_duration_seconds_count", &[]),
+        0.0
+    );
+
+    live.interval(&Spans::default()).await;
+    let s = samples(&live.registry);
+    for e in &report.edges {
+        let edge = [
+            format!("caller=\"{}\"", e.caller),
+            format!("callee=\"{}\"", e.callee),
+            format!("operation=\"{}\"", e.operation),
+        ];
+        let mut labels: Vec<&str> = edge.iter().map(String::as_str).collect();
+        let what = format!("{} -> {} {}", e.caller, e.callee, e.operation);
+        let calls = sum(&s, "stormglass_logical_calls_total", &labels);
+        assert_eq!(calls, e.logical_calls as f64, "{what}");
+        assert_eq!(
+            sum(&s, "stormglass_attempts_total", &labels),
+            e.attempts as f64,
+            "{what}"
+        );
+        labels.push("attempt=\"retry\"");
+        assert_eq!(
+            sum(&s, "stormglass_attempts_total", &labels),
+            e.retry_attempts as f64,
+            "{what}"
+        );
+        labels.pop();
+        let first_ok = {
+            let mut l = labels.clone();
+            l.push("first_outcome=\"ok\"");
+            sum(&s, "stormglass_logical_calls_total", &l)
+        };
+        assert_eq!(Some(first_ok / calls), e.effective_success_rate, "{what}");
+        for (metric, expected) in [
+            ("stormglass_unsafe_retries_total", e.unsafe_retries),
+            (
+                "stormglass_timeout_retries_on_writes_total",
+                e.timeout_retries_on_writes,
+            ),
+            ("stormglass_immediate_retries_total", e.immediate_retries),
+            ("stormglass_orphan_pairs_total", e.orphan_pairs),
+        ] {
+            assert_eq!(sum(&s, metric, &labels), expected as f64, "{metric} {what}");
+        }
+        let work = sum(&s, "stormglass_orphan_work_seconds_total", &labels);
+        assert!((work - e.orphan_work_seconds).abs() < 1e-9, "{what}");
+        let gauge = |name: &str| {
+            let v = sum(&s, name, &labels);
+            s.keys()
+                .any(|k| k.starts_with(name) && labels.iter().all(|l| k.contains(l)))
+                .then_some(v)
+        };
+        assert_eq!(
+            gauge("stormglass_raw_success_ratio"),
+            e.raw_success_rate,
+            "{what}"
+        );
+        assert_eq!(gauge("stormglass_retry_ratio"), e.retry_ratio, "{what}");
+        assert_eq!(
+            gauge("stormglass_retry_success_ratio"),
+            e.retry_success_rate,
+            "{what}"
+        );
+        assert_eq!(
+            gauge("stormglass_timeout_seconds"),
+            e.timeout_ms.map(|ms| ms / 1e3),
+            "{what}"
+        );
+    }
+    for l in &report.layers {
+        let service = format!("service=\"{}\"", l.service);
+        let labels = [service.as_str()];
+        assert_eq!(
+            sum(&s, "stormglass_layer_attempts_total", &labels),
+            l.requests as f64,
+            "{}",
+            l.service
+        );
+        assert_eq!(
+            sum(&s, "stormglass_layer_baseline_attempts_total", &labels),
+            l.baseline_attempts as f64
+        );
+        assert_eq!(
+            Some(sum(&s, "stormglass_amplification_ratio", &labels)),
+            l.amplification
+        );
+        assert_eq!(
+            Some(sum(&s, "stormglass_layer_latency_p999_seconds", &labels)),
+            l.p999_ms.map(|ms| ms / 1e3)
+        );
+        // The histogram's +Inf bucket is its count.
+        let count = sum(&s, "stormglass_layer_duration_seconds_count", &labels);
+        let inf = format!("{service},le=\"+Inf\"");
+        assert_eq!(
+            sum(&s, "stormglass_layer_duration_seconds_bucket", &[&inf]),
+            count
+        );
+    }
+    let entries: u64 = report.entries.iter().map(|e| e.requests).sum();
+    assert_eq!(
+        sum(&s, "stormglass_entry_requests_total", &[]),
+        entries as f64
+    );
+    assert_eq!(
+        sum(&s, "stormglass_multi_layer_retry_traces_total", &[]),
+        report.traces.multi_layer_retry_traces as f64
+    );
+    let violations: u64 = report
+        .findings
+        .iter()
+        .filter(|f| {
+            ["deadline_inversion", "overcommit", "not_propagated"].contains(&f.kind.as_str())
+        })
+        .map(|f| f.count)
+        .sum();
+    assert!(violations > 0);
+    assert_eq!(
+        sum(&s, "stormglass_deadline_violations_total", &[]),
+        violations as f64
+    );
+    for e in &report.entries {
+        let labels = [
+            format!("service=\"{}\"", e.service),
+            format!("operation=\"{}\"", e.operation),
+        ];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            sum(&s, "stormglass_storm_potential_ratio", &labels),
+            e.storm_potential
+        );
+    }
+}
+
+/// Counters keep growing across intervals (they are not the window): the same spans twice
+/// count twice.
+#[tokio::test]
+async fn counters_accumulate_across_intervals() {
+    let mut live = Live::new(2000);
+    let mut storm = Spans::default();
+    fixtures::storm(&mut storm, 1);
+    live.interval(&storm).await;
+    let mut again = Spans::default();
+    fixtures::storm(&mut again, 2);
+    live.interval(&again).await;
+    live.interval(&Spans::default()).await;
+    let s = samples(&live.registry);
+    assert_eq!(
+        sum(&s, "stormglass_layer_attempts_total", &["service=\"db\""]),
+        54.0
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "stormglass_layer_baseline_attempts_total",
+            &["service=\"db\""]
+        ),
+        2.0
+    );
+}
+
+/// With room for one series per metric, every further edge folds into `__overflow__`
+/// series: nothing is lost from the totals, and the folding is counted.
+#[tokio::test]
+async fn cardinality_bound_folds_into_overflow() {
+    let mut bounded = Live::new(1);
+    let mut unbounded = Live::new(2000);
+    let spans = all_fixtures();
+    for live in [&mut bounded, &mut unbounded] {
+        live.interval(&spans).await;
+        live.interval(&Spans::default()).await;
+    }
+    let (b, u) = (samples(&bounded.registry), samples(&unbounded.registry));
+    for metric in [
+        "stormglass_attempts_total",
+        "stormglass_logical_calls_total",
+        "stormglass_layer_attempts_total",
+        "stormglass_unsafe_retries_total",
+        "stormglass_layer_duration_seconds_count",
+    ] {
+        assert_eq!(sum(&b, metric, &[]), sum(&u, metric, &[]), "{metric}");
+    }
+    assert!(
+        b.keys()
+            .any(|k| k.starts_with("stormglass_attempts_total{") && k.contains("__overflow__"))
+    );
+    assert!(sum(&b, "stormglass_export_overflow_total", &[]) > 0.0);
+    assert_eq!(sum(&u, "stormglass_export_overflow_total", &[]), 0.0);
+    let gauges = b
+        .keys()
+        .filter(|k| k.starts_with("stormglass_amplification_ratio{"))
+        .count();
+    assert_eq!(gauges, 1);
+    assert!(sum(&b, "stormglass_export_dropped_series", &[]) > 0.0);
+}

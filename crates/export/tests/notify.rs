@@ -1,0 +1,231 @@
+//! The built-in evaluator against a real HTTP receiver on loopback standing in for
+//! Alertmanager's v2 API and a webhook: `for:` is honoured, firing alerts are re-sent every
+//! resend interval, resolved alerts are sent once, and payloads carry labels, texts and
+//! runbook links.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::Uri;
+use axum::routing::post;
+use prometheus::Registry;
+use serde_json::Value;
+use stormglass_analytics::alerts::AlertThresholds;
+use stormglass_analytics::{Alert, IntervalObserver, Partials, Report};
+use stormglass_export::notify::{AlertEvaluator, NotifyConfig};
+
+type Received = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// An HTTP server on a free loopback port recording every POST (path, JSON body).
+async fn receiver() -> (String, Received) {
+    let received: Received = Arc::default();
+    let app = Router::new()
+        .route(
+            "/{*path}",
+            post(
+                |State(r): State<Received>, uri: Uri, body: String| async move {
+                    r.lock()
+                        .unwrap()
+                        .push((uri.path().to_owned(), serde_json::from_str(&body).unwrap()));
+                    "ok"
+                },
+            ),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), received)
+}
+
+/// Wait (bounded) until `n` requests arrived; returns them and clears the list.
+async fn take(received: &Received, n: usize) -> Vec<(String, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        {
+            let mut r = received.lock().unwrap();
+            if r.len() >= n {
+                return std::mem::take(&mut *r);
+            }
+        }
+        assert!(Instant::now() < deadline, "only {received:?} arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn report_with(alerts: Vec<Alert>) -> Arc<Report> {
+    Arc::new(Report {
+        alerts,
+        ..Report::default()
+    })
+}
+
+fn amplification(value: f64) -> Alert {
+    Alert {
+        name: "StormglassRetryAmplificationHigh".into(),
+        severity: "critical".into(),
+        labels: BTreeMap::from([("service".to_owned(), "db".to_owned())]),
+        value,
+    }
+}
+
+fn partials() -> Partials {
+    Partials {
+        tables: Vec::new(),
+        spans: 0,
+        traces: 0,
+        span_range: None,
+    }
+}
+
+/// Pending for `for: 2m`, then firing to Alertmanager and the webhook; re-sent after the
+/// resend interval, not before; resolved once when the condition stops holding.
+#[tokio::test]
+async fn for_resend_and_resolve() {
+    let (url, received) = receiver().await;
+    let config = NotifyConfig {
+        alertmanagers: vec![url.clone()],
+        webhooks: vec![format!("{url}/hook")],
+        resend_interval: Duration::from_secs(60),
+        labels: BTreeMap::from([("source".to_owned(), "stormglass".to_owned())]),
+        ..NotifyConfig::default()
+    };
+    let evaluator = AlertEvaluator::register(
+        &Registry::new(),
+        config,
+        AlertThresholds::default(),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    evaluator.set_generator_url("http://127.0.0.1:9464/api/v1/alerts".into());
+    let t0 = SystemTime::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let storm = report_with(vec![amplification(27.0)]);
+
+    evaluator.interval(&partials(), &storm, at(0));
+    evaluator.interval(&partials(), &storm, at(110));
+    let listed = evaluator.alerts();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, "pending");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(received.lock().unwrap().is_empty(), "sent before for: 2m");
+
+    evaluator.interval(&partials(), &storm, at(120));
+    assert_eq!(evaluator.alerts()[0].state, "firing");
+    let mut sent = take(&received, 2).await;
+    sent.sort_by(|a, b| a.0.cmp(&b.0));
+    let (path, body) = &sent[0];
+    assert_eq!(path, "/api/v2/alerts");
+    let alert = &body[0];
+    assert_eq!(
+        alert["labels"]["alertname"],
+        "StormglassRetryAmplificationHigh"
+    );
+    assert_eq!(alert["labels"]["severity"], "critical");
+    assert_eq!(alert["labels"]["service"], "db");
+    assert_eq!(alert["labels"]["source"], "stormglass");
+    assert_eq!(
+        alert["annotations"]["summary"],
+        "db receives 27x the attempts it would without retries"
+    );
+    assert!(
+        alert["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("README.md#stormglassretryamplificationhigh")
+    );
+    assert_eq!(alert["generatorURL"], "http://127.0.0.1:9464/api/v1/alerts");
+    let ends: SystemTime = humantime::parse_rfc3339(alert["endsAt"].as_str().unwrap()).unwrap();
+    assert!(ends > at(120), "a firing alert ends in the future");
+    let (path, hook) = &sent[1];
+    assert_eq!(path, "/hook");
+    assert_eq!(hook["status"], "firing");
+    assert_eq!(hook["alerts"][0]["value"], 27.0);
+
+    // Still firing 30 s later: not re-sent yet; 60 s after the last send: re-sent.
+    evaluator.interval(&partials(), &storm, at(150));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(received.lock().unwrap().is_empty(), "re-sent too early");
+    evaluator.interval(&partials(), &storm, at(180));
+    take(&received, 2).await;
+
+    // The condition stops holding: resolved once, with endsAt = now, then nothing.
+    let calm = report_with(Vec::new());
+    evaluator.interval(&partials(), &calm, at(190));
+    let sent = take(&received, 2).await;
+    let (_, body) = sent.iter().find(|(p, _)| p == "/api/v2/alerts").unwrap();
+    let ends: SystemTime = humantime::parse_rfc3339(body[0]["endsAt"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        ends,
+        humantime::parse_rfc3339(&humantime::format_rfc3339_millis(at(190)).to_string()).unwrap()
+    );
+    let (_, hook) = sent.iter().find(|(p, _)| p == "/hook").unwrap();
+    assert_eq!(hook["status"], "resolved");
+    assert!(evaluator.alerts().is_empty());
+    evaluator.interval(&partials(), &calm, at(300));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(received.lock().unwrap().is_empty());
+}
+
+/// A condition that stops holding before its `for:` never notifies; a receiver that is down
+/// is counted as a failed notification, not an error of the analysis.
+#[tokio::test]
+async fn short_blips_and_dead_receivers() {
+    let (url, received) = receiver().await;
+    let registry = Registry::new();
+    let config = NotifyConfig {
+        alertmanagers: vec![url, "http://127.0.0.1:1".into()],
+        ..NotifyConfig::default()
+    };
+    let evaluator = AlertEvaluator::register(
+        &registry,
+        config,
+        AlertThresholds::default(),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let t0 = SystemTime::now();
+    evaluator.interval(&partials(), &report_with(vec![amplification(3.0)]), t0);
+    evaluator.interval(
+        &partials(),
+        &report_with(Vec::new()),
+        t0 + Duration::from_secs(60),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(received.lock().unwrap().is_empty());
+
+    // StormglassUnsafeRetries has for: 1m.
+    let unsafe_retry = Alert {
+        name: "StormglassUnsafeRetries".into(),
+        severity: "critical".into(),
+        labels: BTreeMap::from([
+            ("caller".to_owned(), "a".to_owned()),
+            ("callee".to_owned(), "b".to_owned()),
+            ("operation".to_owned(), "POST /orders".to_owned()),
+        ]),
+        value: 1.0,
+    };
+    let report = report_with(vec![unsafe_retry]);
+    evaluator.interval(&partials(), &report, t0 + Duration::from_secs(100));
+    evaluator.interval(&partials(), &report, t0 + Duration::from_secs(160));
+    take(&received, 1).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let failed = || {
+        registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "stormglass_alert_notifications_total")
+            .flat_map(|f| f.get_metric().to_vec())
+            .filter(|m| m.get_label().iter().any(|l| l.value() == "failed"))
+            .map(|m| m.get_counter().get_value())
+            .sum::<f64>()
+    };
+    while failed() < 1.0 {
+        assert!(Instant::now() < deadline, "the failed send was not counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
