@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole stormglass test suite on a fresh machine: installs what the tests need when
-# it is missing, checks formatting and lints, then runs every test with cargo-nextest.
+# it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager), checks
+# formatting and lints, then runs every test with cargo-nextest.
 # Usage: bash tests/run.sh [extra nextest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,17 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "tests/run.sh: installing cargo-nextest" >&2
   cargo install --locked cargo-nextest
+fi
+
+# The Prometheus tests start real Prometheus and Alertmanager servers and use promtool and
+# amtool: Debian's packages (the services they would start are not needed and stay off).
+if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+  echo "tests/run.sh: installing prometheus and prometheus-alertmanager" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+    prometheus prometheus-alertmanager
 fi
 
 cargo fmt --all -- --check

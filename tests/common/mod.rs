@@ -2,6 +2,8 @@
 //! loopback ports, read its Prometheus metrics, stop it with a signal.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod scenario;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -112,4 +114,89 @@ pub fn get(url: &str) -> (u16, String) {
     let response = reqwest::blocking::get(url).unwrap();
     let status = response.status().as_u16();
     (status, response.text().unwrap())
+}
+
+/// A free loopback port (bound, then released for the server about to use it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A program from the machine (Prometheus, Alertmanager), killed when dropped.
+pub struct Daemon {
+    name: &'static str,
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    /// Start `program` with `args`, logging to `dir/<name>.log`.
+    pub fn start(
+        name: &'static str,
+        program: &str,
+        args: &[String],
+        dir: &std::path::Path,
+    ) -> Daemon {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {program} ({e}); run tests/run.sh, which installs it")
+            });
+        Daemon { name, child, log }
+    }
+
+    /// Poll `url` until it answers 200 (bounded: 30 s).
+    pub fn wait_ready(&mut self, url: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = reqwest::blocking::get(url)
+                && r.status().is_success()
+            {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited with {status}:\n{}", self.name, self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not ready:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh temporary directory for one test.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("stormglass-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The repository root (tests run from the crate directory).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

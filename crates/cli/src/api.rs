@@ -1,7 +1,8 @@
 //! The API server: `/metrics` (Prometheus text exposition of the process registry),
 //! `/healthz` (the process is up), `/readyz` (it is accepting spans: receivers bound and
 //! assembly under its memory bound) and `/api/v1/report` (the latest window's report, the
-//! JSON of METRICS.md).
+//! JSON of METRICS.md), `/api/v1/alerts` (the built-in evaluator's pending and firing
+//! alerts).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 use stormglass_analytics::{Assembly, LiveAnalysis};
+use stormglass_export::AlertEvaluator;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -21,27 +23,43 @@ struct ApiState {
     registry: Registry,
     assembly: Arc<Assembly>,
     analysis: Arc<LiveAnalysis>,
+    evaluator: Arc<AlertEvaluator>,
 }
 
-pub fn router(registry: Registry, assembly: Arc<Assembly>, analysis: Arc<LiveAnalysis>) -> Router {
+pub fn router(
+    registry: Registry,
+    assembly: Arc<Assembly>,
+    analysis: Arc<LiveAnalysis>,
+    evaluator: Arc<AlertEvaluator>,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/api/v1/report", get(report))
+        .route("/api/v1/alerts", get(alerts))
         .with_state(ApiState {
             registry,
             assembly,
             analysis,
+            evaluator,
         })
 }
 
 async fn report(State(state): State<ApiState>) -> Response {
-    match serde_json::to_vec(state.analysis.report().as_ref()) {
+    json(state.analysis.report().as_ref())
+}
+
+async fn alerts(State(state): State<ApiState>) -> Response {
+    json(&serde_json::json!({ "alerts": state.evaluator.alerts() }))
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(value) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding the report failed: {e}\n"),
+            format!("encoding the response failed: {e}\n"),
         )
             .into_response(),
     }

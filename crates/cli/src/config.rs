@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use stormglass_analytics::{AlertThresholds, AnalyticsConfig, AssemblyConfig, Params};
+use stormglass_export::NotifyConfig;
 
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";
@@ -29,6 +30,8 @@ pub struct Config {
     pub orphans: OrphansConfig,
     pub deadlines: DeadlinesConfig,
     pub alerts: AlertThresholds,
+    /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
+    pub notify: NotifyConfig,
 }
 
 impl Config {
@@ -115,12 +118,16 @@ impl Default for ListenConfig {
 pub struct LimitsConfig {
     /// Largest OTLP request, in bytes, measured after decompression.
     pub max_request_bytes: usize,
+    /// Series per exported figure metric; beyond it new series fold into
+    /// `operation="__overflow__"`.
+    pub max_series_per_metric: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             max_request_bytes: 64 << 20,
+            max_series_per_metric: 2000,
         }
     }
 }
@@ -205,12 +212,20 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         advice: section(&mut sections, "advice", errors),
         orphans: section(&mut sections, "orphans", errors),
         deadlines: section(&mut sections, "deadlines", errors),
+        notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
     for unknown in sections.keys() {
         errors.push((
             unknown.clone(),
             format!("unknown section; expected one of {}", SECTIONS.join(", ")),
+        ));
+    }
+    errors.extend(config.notify.validate("alerts"));
+    if config.limits.max_series_per_metric == 0 {
+        errors.push((
+            "limits.max_series_per_metric".to_owned(),
+            "must be greater than 0 (default 2000)".to_owned(),
         ));
     }
     if config.limits.max_request_bytes == 0 {
@@ -245,6 +260,26 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         }
     }
     config
+}
+
+/// The `alerts` section holds thresholds and receivers: move the receiver keys out and type
+/// them on their own (errors still name `alerts.<key>`); the thresholds stay for `section`.
+fn notify_keys(
+    sections: &mut Map<String, Value>,
+    errors: &mut Vec<(String, String)>,
+) -> NotifyConfig {
+    let Some(Value::Object(alerts)) = sections.get_mut("alerts") else {
+        return NotifyConfig::default();
+    };
+    let mut receivers = Map::new();
+    for key in NotifyConfig::KEYS {
+        if let Some(value) = alerts.remove(key) {
+            receivers.insert(key.to_owned(), value);
+        }
+    }
+    let mut holder = Map::new();
+    holder.insert("alerts".to_owned(), Value::Object(receivers));
+    section(&mut holder, "alerts", errors)
 }
 
 /// Type one section. On an error at some key, record it (with the value found there),
@@ -459,6 +494,36 @@ mod tests {
             errors.to_string().contains("(found \"nowhere\")"),
             "{errors}"
         );
+    }
+
+    /// The `alerts` section holds thresholds and receivers side by side; receivers come from
+    /// the file or, comma-separated, from the environment, and bad ones name their key.
+    #[test]
+    fn alert_receivers_and_thresholds_share_a_section() {
+        let path = write(
+            "alerts.yaml",
+            "alerts:\n  amplification: 3\n  alertmanagers: [http://127.0.0.1:9093]\n  labels: {source: stormglass}\n",
+        );
+        let config = load(Some(&path), [], &vec![]).unwrap();
+        assert_eq!(config.alerts.amplification, 3.0);
+        assert_eq!(config.notify.alertmanagers, ["http://127.0.0.1:9093"]);
+        assert_eq!(config.notify.labels["source"], "stormglass");
+        let env = [(
+            "STORMGLASS_ALERTS__WEBHOOKS".to_owned(),
+            "http://a/hook, http://b/hook".to_owned(),
+        )];
+        let config = load(None, env, &vec![]).unwrap();
+        assert_eq!(config.notify.webhooks, ["http://a/hook", "http://b/hook"]);
+
+        let bad = write(
+            "bad-alerts.yaml",
+            "alerts:\n  alertmanagers: [https://am:9093]\n  resend_interval: often\n  amplificaton: 2\n",
+        );
+        let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+        let keys: Vec<&str> = errors.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(keys.contains(&"alerts.alertmanagers.0"), "{errors}");
+        assert!(keys.contains(&"alerts.resend_interval"), "{errors}");
+        assert!(keys.contains(&"alerts.amplificaton"), "{errors}");
     }
 
     /// A file in an unknown format is refused with a message naming the fix.

@@ -53,6 +53,14 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Print the Prometheus recording and alerting rules generated from the alert
+    /// definitions, with the thresholds and runbook base of the configuration. The shipped
+    /// dashboards/prometheus/stormglass-rules.yml is this output for the defaults.
+    Rules {
+        /// Configuration file for thresholds (the same file `serve` reads).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -98,6 +106,7 @@ fn main() -> ExitCode {
         } => offline(config, |config| async move {
             offline::query(&config, &sql, &from, format).await
         }),
+        Command::Rules { config } => rules(config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -119,6 +128,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .collect();
     let config = config::load(args.config.as_deref(), std::env::vars(), &flags)?;
     tokio::runtime::Runtime::new()?.block_on(serve::run(config))
+}
+
+fn rules(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = config::load(config.as_deref(), std::env::vars(), &Vec::new())?;
+    print!(
+        "{}",
+        stormglass_export::rules::render(&config.alerts, &config.notify.runbook_base)
+    );
+    Ok(())
 }
 
 fn offline<F, Fut>(config: Option<PathBuf>, run: F) -> anyhow::Result<()>

@@ -12,6 +12,7 @@ use prometheus::Registry;
 use stormglass_analytics::{
     AnalysisMetrics, Assembly, AssemblyMetrics, Engine, LiveAnalysis, TraceSink,
 };
+use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers};
 use stormglass_model::Conventions;
 use tokio::sync::watch;
@@ -25,12 +26,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let ingest_metrics = IngestMetrics::register(&registry)?;
     let assembly_metrics = AssemblyMetrics::register(&registry)?;
 
-    let analysis = Arc::new(LiveAnalysis::new(
-        Engine::new(config.params()),
+    let figures = FigureMetrics::register(&registry, config.limits.max_series_per_metric)?;
+    let evaluator = AlertEvaluator::register(
+        &registry,
+        config.notify.clone(),
         config.alerts.clone(),
-        config.analytics.clone(),
-        AnalysisMetrics::register(&registry)?,
-    ));
+        config.analytics.interval,
+    )?;
+    let analysis = Arc::new(
+        LiveAnalysis::new(
+            Engine::new(config.params()),
+            config.alerts.clone(),
+            config.analytics.clone(),
+            AnalysisMetrics::register(&registry)?,
+        )
+        .with_observer(figures)
+        .with_observer(evaluator.clone()),
+    );
     let sink: Arc<dyn TraceSink> = analysis.clone();
     let assembly = Arc::new(Assembly::new(
         config.assembly.clone(),
@@ -56,10 +68,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let receivers = Receivers::start(&receiver_config, pipeline, receivers_shutdown).await?;
     let (api_addr, api_task) = api::start(
         config.listen.api,
-        api::router(registry, assembly.clone(), analysis.clone()),
+        api::router(
+            registry,
+            assembly.clone(),
+            analysis.clone(),
+            evaluator.clone(),
+        ),
         api_shutdown,
     )
     .await?;
+    evaluator.set_generator_url(format!("http://{api_addr}/api/v1/alerts"));
     let assembly_task = tokio::spawn(assembly.clone().run(assembly_shutdown));
     let analysis_task = tokio::spawn(analysis.clone().run(analysis_shutdown));
 

@@ -1,0 +1,454 @@
+//! End-to-end against the real thing: Debian's Prometheus, Alertmanager, promtool and amtool
+//! with the shipped rules, dashboards and example configs, and the real `stormglass serve`
+//! fed by the OpenTelemetry SDK. `tests/run.sh` installs the packages when missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::scenario::Services;
+use common::{Daemon, Server, free_port, get, repo_root, temp_dir};
+use serde_json::Value;
+
+fn rules_file() -> PathBuf {
+    repo_root()
+        .join("dashboards/prometheus/stormglass-rules.yml")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Run a tool with `args` (and `stdin`), asserting success; returns its output.
+fn run_tool(program: &str, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {program} ({e}); run tests/run.sh, which installs it")
+        });
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{text}"
+    );
+    text
+}
+
+/// The shipped rules file is exactly what `stormglass rules` prints for the defaults.
+#[test]
+fn shipped_rules_equal_generated() {
+    let output = Command::new(env!("CARGO_BIN_EXE_stormglass"))
+        .arg("rules")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let shipped = std::fs::read_to_string(rules_file()).unwrap();
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        shipped,
+        "dashboards/prometheus/stormglass-rules.yml is stale: regenerate it with \
+         `cargo run -p stormglass -- rules > dashboards/prometheus/stormglass-rules.yml`"
+    );
+}
+
+/// The shipped rules, their unit tests (every alert firing and not firing) and the example
+/// Prometheus and Alertmanager configs pass Prometheus' and Alertmanager's own checkers.
+#[test]
+fn shipped_rules_and_configs_pass_promtool_and_amtool() {
+    let dashboards = repo_root().join("dashboards");
+    let path = |p: &str| dashboards.join(p).to_string_lossy().into_owned();
+    let checked = run_tool(
+        "promtool",
+        &["check", "rules", &path("prometheus/stormglass-rules.yml")],
+        None,
+    );
+    assert!(checked.contains("SUCCESS: 25 rules found"), "{checked}");
+    let tested = run_tool(
+        "promtool",
+        &[
+            "test",
+            "rules",
+            &path("prometheus/stormglass-rules.test.yml"),
+        ],
+        None,
+    );
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    run_tool(
+        "promtool",
+        &["check", "config", &path("prometheus/prometheus.yml")],
+        None,
+    );
+    run_tool(
+        "amtool",
+        &["check-config", &path("alertmanager/alertmanager.yml")],
+        None,
+    );
+    // Every alert of the definitions has a unit test.
+    let tests = std::fs::read_to_string(path("prometheus/stormglass-rules.test.yml")).unwrap();
+    for d in stormglass_analytics::alerts::DEFINITIONS {
+        assert!(
+            tests.contains(&format!("alertname: {}", d.name)),
+            "no promtool test for {}",
+            d.name
+        );
+    }
+}
+
+/// stormglass, Prometheus (scraping it every second with the shipped rules) and
+/// Alertmanager, on free loopback ports.
+struct Stack {
+    server: Server,
+    prometheus: Daemon,
+    alertmanager: Daemon,
+    prometheus_url: String,
+    alertmanager_url: String,
+}
+
+impl Stack {
+    fn start(name: &str) -> Stack {
+        let dir = temp_dir(name);
+        let am_port = free_port();
+        let alertmanager_url = format!("http://127.0.0.1:{am_port}");
+        std::fs::write(
+            dir.join("alertmanager.yml"),
+            "route:\n  receiver: default\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+             receivers:\n  - name: default\n",
+        )
+        .unwrap();
+        let mut alertmanager = Daemon::start(
+            "alertmanager",
+            "prometheus-alertmanager",
+            &[
+                format!("--config.file={}", dir.join("alertmanager.yml").display()),
+                format!("--storage.path={}", dir.join("am-data").display()),
+                format!("--web.listen-address=127.0.0.1:{am_port}"),
+                "--cluster.listen-address=".to_owned(),
+            ],
+            &dir,
+        );
+        alertmanager.wait_ready(&format!("{alertmanager_url}/-/ready"));
+
+        let server = Server::start(&[
+            ("STORMGLASS_ASSEMBLY__IDLE", "500ms"),
+            ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
+            ("STORMGLASS_ANALYTICS__WINDOW", "1m"),
+            ("STORMGLASS_ALERTS__ALERTMANAGERS", &alertmanager_url),
+            ("STORMGLASS_ALERTS__RESEND_INTERVAL", "5s"),
+            ("STORMGLASS_ALERTS__LABELS__SOURCE", "stormglass"),
+        ]);
+
+        let prom_port = free_port();
+        let prometheus_url = format!("http://127.0.0.1:{prom_port}");
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n  external_labels:\n    source: prometheus\n\
+                 rule_files:\n  - {}\n\
+                 alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n\
+                 scrape_configs:\n  - job_name: stormglass\n    static_configs:\n      - targets: ['{}']\n",
+                rules_file().display(),
+                server.api
+            ),
+        )
+        .unwrap();
+        let mut prometheus = Daemon::start(
+            "prometheus",
+            "prometheus",
+            &[
+                format!("--config.file={}", dir.join("prometheus.yml").display()),
+                format!("--storage.tsdb.path={}", dir.join("prom-data").display()),
+                format!("--web.listen-address=127.0.0.1:{prom_port}"),
+            ],
+            &dir,
+        );
+        prometheus.wait_ready(&format!("{prometheus_url}/-/ready"));
+        Stack {
+            server,
+            prometheus,
+            alertmanager,
+            prometheus_url,
+            alertmanager_url,
+        }
+    }
+
+    /// An instant PromQL query; returns the result vector.
+    fn query(&self, promql: &str) -> Vec<Value> {
+        let body = reqwest::blocking::Client::new()
+            .get(format!("{}/api/v1/query", self.prometheus_url))
+            .query(&[("query", promql)])
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        let response: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(response["status"], "success", "{promql}: {response}");
+        response["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The alerts Alertmanager holds.
+    fn alertmanager_alerts(&self) -> Vec<Value> {
+        let (status, body) = get(&format!("{}/api/v2/alerts", self.alertmanager_url));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "--- prometheus\n{}\n--- alertmanager\n{}",
+            self.prometheus.log(),
+            self.alertmanager.log()
+        )
+    }
+}
+
+/// Sends a scenario every 100 ms from a thread until dropped (bounded by `limit`).
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl Traffic {
+    fn start(grpc: &str, limit: Duration, scenario: fn(&Services, SystemTime)) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let grpc = grpc.to_owned();
+        let thread = std::thread::spawn(move || {
+            let services = Services::new(&grpc);
+            let end = Instant::now() + limit;
+            let mut sent = 0;
+            while !flag.load(Ordering::Relaxed) && Instant::now() < end {
+                for _ in 0..3 {
+                    scenario(&services, SystemTime::now());
+                    sent += 1;
+                }
+                services.flush();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            sent
+        });
+        Traffic {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn has_labels(alert: &Value, labels: &[(&str, &str)]) -> bool {
+    labels.iter().all(|(k, v)| alert["labels"][k] == *v)
+}
+
+/// Every PromQL expression of every shipped dashboard panel, with the template variables
+/// set to "All" (`.*`).
+fn dashboard_expressions() -> Vec<(String, String)> {
+    let dir = repo_root().join("dashboards/grafana");
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        files.len(),
+        4,
+        "expected the four dashboards in {}",
+        dir.display()
+    );
+    for file in files {
+        let dashboard: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                let expr = ["$service", "$caller", "$callee"]
+                    .iter()
+                    .fold(expr.to_owned(), |e, var| e.replace(var, ".*"));
+                let name = format!(
+                    "{} / {}",
+                    file_name(&file),
+                    panel["title"].as_str().unwrap()
+                );
+                out.push((name, expr));
+            }
+        }
+    }
+    out
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// A retry storm (3 layers x 3 attempts) sent through the SDK: StormglassRetryAmplificationHigh
+/// reaches Alertmanager from Prometheus' rules over the exported metrics and from the
+/// built-in evaluator, both after their `for: 2m`; every dashboard expression returns data;
+/// the exposition passes `promtool check metrics`; the counters match the window report.
+#[test]
+fn retry_storm_reaches_alertmanager_from_both_engines() {
+    let stack = Stack::start("storm");
+    let _traffic = Traffic::start(
+        &stack.server.grpc,
+        Duration::from_secs(360),
+        Services::storm,
+    );
+
+    let amplification = [
+        ("alertname", "StormglassRetryAmplificationHigh"),
+        ("service", "db"),
+        ("severity", "critical"),
+    ];
+    let started = Instant::now();
+    let mut from_prometheus = None;
+    let mut from_stormglass = None;
+    while from_prometheus.is_none() || from_stormglass.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(330),
+            "alert not received from both engines (prometheus: {from_prometheus:?}, \
+             stormglass: {from_stormglass:?}); alertmanager holds {:?}\n{}",
+            stack.alertmanager_alerts(),
+            stack.logs()
+        );
+        for alert in stack.alertmanager_alerts() {
+            if has_labels(&alert, &amplification) {
+                if alert["labels"]["source"] == "prometheus" {
+                    from_prometheus.get_or_insert(started.elapsed());
+                } else if alert["labels"]["source"] == "stormglass" {
+                    from_stormglass.get_or_insert(started.elapsed());
+                    assert!(
+                        alert["annotations"]["runbook_url"]
+                            .as_str()
+                            .unwrap()
+                            .ends_with("#stormglassretryamplificationhigh")
+                    );
+                    assert!(
+                        alert["annotations"]["summary"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with("db receives 27x"),
+                        "{alert}"
+                    );
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // Both engines honour `for: 2m`.
+    for elapsed in [from_prometheus, from_stormglass].into_iter().flatten() {
+        assert!(
+            elapsed >= Duration::from_secs(120),
+            "fired after {elapsed:?}"
+        );
+    }
+
+    // The built-in evaluator lists it as firing.
+    let (_, body) = get(&format!("http://{}/api/v1/alerts", stack.server.api));
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        listed["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "StormglassRetryAmplificationHigh"
+                && a["state"] == "firing"
+                && a["labels"]["service"] == "db"),
+        "{listed}"
+    );
+
+    // Prometheus' view of the figures: amplification 27 at db, 9 at inventory, 3 at orders.
+    for (service, expected) in [("db", 27.0), ("inventory", 9.0), ("orders", 3.0)] {
+        let result = stack.query(&format!(
+            "stormglass:layer_amplification:ratio_rate5m{{service=\"{service}\"}}"
+        ));
+        let value: f64 = result[0]["value"][1].as_str().unwrap().parse().unwrap();
+        assert!((value - expected).abs() < 1e-9, "{service}: {value}");
+    }
+
+    let missing: Vec<String> = dashboard_expressions()
+        .into_iter()
+        .filter(|(_, expr)| stack.query(expr).is_empty())
+        .map(|(name, expr)| format!("{name}: {expr}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "dashboard expressions without data:\n{}",
+        missing.join("\n")
+    );
+
+    let (_, exposition) = get(&format!("http://{}/metrics", stack.server.api));
+    run_tool("promtool", &["check", "metrics"], Some(&exposition));
+}
+
+/// A healthy chain (no retries, generous deadlines, steady latency) fires nothing: no alert
+/// pending or firing in Prometheus, in stormglass' evaluator, or in Alertmanager, once the
+/// recording rules have data.
+#[test]
+fn healthy_traffic_fires_nothing() {
+    let stack = Stack::start("healthy");
+    let _traffic = Traffic::start(
+        &stack.server.grpc,
+        Duration::from_secs(120),
+        Services::healthy,
+    );
+    let started = Instant::now();
+    loop {
+        let amplification =
+            stack.query("stormglass:layer_amplification:ratio_rate5m{service=\"db\"}");
+        let retry_ratio = stack.query("stormglass:edge_retry:ratio_rate5m");
+        if !amplification.is_empty() && !retry_ratio.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the recording rules produced no data\n{}",
+            stack.logs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // Let every rule evaluate over the data a few more times.
+    std::thread::sleep(Duration::from_secs(10));
+    let amplification = stack.query("stormglass:layer_amplification:ratio_rate5m");
+    assert!(amplification.len() >= 3, "{amplification:?}");
+    for series in &amplification {
+        assert_eq!(series["value"][1], "1", "{series}");
+    }
+    let alerts = stack.query("ALERTS");
+    assert!(alerts.is_empty(), "Prometheus alerts: {alerts:?}");
+    let (_, body) = get(&format!("http://{}/api/v1/alerts", stack.server.api));
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["alerts"], serde_json::json!([]), "{listed}");
+    let (_, report) = get(&format!("http://{}/api/v1/report", stack.server.api));
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["alerts"], serde_json::json!([]), "{report}");
+    assert!(report["window"]["traces"].as_u64().unwrap() > 0);
+    assert!(stack.alertmanager_alerts().is_empty());
+}
