@@ -112,6 +112,58 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
     }
 }
 
+/// The shipped Grafana dashboards: stable unique uids, a `datasource` variable every panel
+/// and query uses, the service/caller/callee variables they filter on, and a provisioning
+/// file pointing Grafana at them.
+#[test]
+fn dashboards_are_portable() {
+    let dir = repo_root().join("dashboards/grafana");
+    let mut uids = Vec::new();
+    for name in [
+        "stormglass-overview",
+        "stormglass-edges",
+        "stormglass-layers",
+        "stormglass-deadlines",
+    ] {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+        let d: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(d["uid"], name);
+        uids.push(d["uid"].as_str().unwrap().to_owned());
+        let variables: Vec<&str> = d["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(variables[0], "datasource", "{name}");
+        assert_eq!(d["templating"]["list"][0]["type"], "datasource");
+        for panel in d["panels"].as_array().unwrap() {
+            assert_eq!(
+                panel["datasource"]["uid"], "${datasource}",
+                "{name}: {panel}"
+            );
+            for target in panel["targets"].as_array().unwrap() {
+                assert_eq!(target["datasource"]["uid"], "${datasource}");
+                let expr = target["expr"].as_str().unwrap();
+                for var in ["service", "caller", "callee"] {
+                    if expr.contains(&format!("${var}")) {
+                        assert!(
+                            variables.contains(&var),
+                            "{name}: ${var} undefined in {expr}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    uids.sort();
+    uids.dedup();
+    assert_eq!(uids.len(), 4);
+    let provisioning =
+        std::fs::read_to_string(dir.join("provisioning/dashboards/stormglass.yml")).unwrap();
+    assert!(provisioning.contains("type: file"));
+}
+
 /// stormglass, Prometheus (scraping it every second with the shipped rules) and
 /// Alertmanager, on free loopback ports.
 struct Stack {
