@@ -136,6 +136,20 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
         }
         index.get(&(trace.value(row), parent.value(row))).copied()
     };
+    // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
+    let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
+    let mut is_call = vec![false; rows];
+    for row in 0..rows {
+        if let Some(p) = parent_of(row)
+            && attempt.is_valid(row)
+            && client_or_internal(row)
+            && client_or_internal(p)
+        {
+            is_call[p] = true;
+        }
+    }
+    // A call span is not an attempt: the attempts under it work for the call's own upstream
+    // attempt, so the call graph (storm potential) runs through it.
     let derive = |p: usize, above: &Node| Node {
         upstream_retry: above.upstream_retry || (attempt.is_valid(p) && attempt.value(p) > 0),
         anchor: if deadline.is_valid(p) {
@@ -143,7 +157,7 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
         } else {
             above.anchor
         },
-        upstream_attempt: if kind.value(p) == "client" || attempt.is_valid(p) {
+        upstream_attempt: if (kind.value(p) == "client" || attempt.is_valid(p)) && !is_call[p] {
             Some(p)
         } else {
             above.upstream_attempt
@@ -183,16 +197,10 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
             nodes[row] = Some(node);
         }
     }
-    // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
-    let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
-    let mut is_call = vec![false; rows];
     // First SERVER child of each span, by start time.
     let mut server_child: Vec<Option<usize>> = vec![None; rows];
     for row in 0..rows {
         let Some(p) = parent_of(row) else { continue };
-        if attempt.is_valid(row) && client_or_internal(row) && client_or_internal(p) {
-            is_call[p] = true;
-        }
         if kind.value(row) == "server"
             && server_child[p].is_none_or(|best| start.value(row) < start.value(best))
         {
@@ -337,6 +345,49 @@ mod tests {
             .unwrap()
             .as_primitive::<Int32Type>();
         assert_eq!(depth.values().to_vec(), vec![0, 1, 2, 3]);
+    }
+
+    /// gRPC's shape: the attempts under a call span work for the call's upstream attempt,
+    /// not for the call span, and what runs under an attempt works for that attempt.
+    #[test]
+    fn call_spans_are_not_upstream_attempts() {
+        // 1 server -> 2 client retry=2 -> 3 server -> 4 call span -> 5 attempt (retry=1)
+        //   -> 6 server -> 7 client (db)
+        let spans = vec![
+            span(1, 1, "root", 2, 0, 100, vec![]),
+            child_of(span(1, 2, "call", 3, 1, 90, vec![kv_int("retry", 2)]), 1),
+            child_of(span(1, 3, "serve", 2, 2, 80, vec![]), 2),
+            child_of(span(1, 4, "grpc call", 3, 3, 70, vec![]), 3),
+            child_of(
+                span(
+                    1,
+                    5,
+                    "attempt",
+                    3,
+                    4,
+                    60,
+                    vec![kv_int("previous-rpc-attempts", 1)],
+                ),
+                4,
+            ),
+            child_of(span(1, 6, "serve", 2, 5, 50, vec![]), 5),
+            child_of(span(1, 7, "db", 3, 6, 40, vec![]), 6),
+        ];
+        let l = lineage_of(spans);
+        let up = l
+            .column_by_name("upstream_attempt_span_id")
+            .unwrap()
+            .as_fixed_size_binary();
+        assert_eq!(
+            up.value(4),
+            span_id(2).as_slice(),
+            "the attempt works for 2, not the call span"
+        );
+        assert_eq!(
+            up.value(6),
+            span_id(5).as_slice(),
+            "the db call works for attempt 5"
+        );
     }
 
     /// A span whose parent never arrived is its own root at depth 0.
