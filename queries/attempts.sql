@@ -20,14 +20,20 @@
 -- baseline: the attempt would happen with no retry anywhere upstream (its number and every
 -- ancestor attempt's number are 0).
 --
--- Output: trace_id, span_id, parent_span_id, logical_call_id, caller, callee, operation,
+-- calling_span_id: the span that made the call: the parent, or for gRPC's shape the call
+-- span's parent.
+--
+-- Output: trace_id, span_id, parent_span_id, calling_span_id, logical_call_id, caller,
+--   callee, operation,
 --   attempt, cause, outcome, start_ns, end_ns, duration_ms, deadline_ms, own_deadline_ms,
 --   idempotent, has_idempotency_key, is_write, non_idempotent, backoff_ms, baseline,
 --   anchor_deadline_ms, anchor_start_ns, upstream_attempt_span_id, root_span_id,
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
 --   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt
 WITH tries AS (
-  SELECT s.trace_id, s.span_id, s.parent_span_id, s.service_name AS caller,
+  SELECT s.trace_id, s.span_id, s.parent_span_id,
+    COALESCE(s.call_parent_span_id, s.parent_span_id) AS calling_span_id,
+    s.service_name AS caller,
     COALESCE(s.callee_hint, s.call_callee_hint) AS callee_hint,
     s.operation, COALESCE(s.attempt, 0) AS attempt, s.retry_cause, s.outcome,
     s.start_ns, s.end_ns,
@@ -95,7 +101,8 @@ ordered AS (
   WINDOW w AS (ORDER BY r.logical_call_id, r.attempt, r.start_ns, r.span_id
     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
-SELECT o.trace_id, o.span_id, o.parent_span_id, o.logical_call_id, o.caller, o.callee,
+SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_call_id,
+  o.caller, o.callee,
   o.operation, o.attempt,
   CASE WHEN o.attempt = 0 THEN NULL
        ELSE COALESCE(o.retry_cause, CASE WHEN o.prev_call = o.logical_call_id THEN o.prev_outcome END)

@@ -4,13 +4,15 @@
 -- first_outcome / final_outcome: outcome of the lowest / highest numbered attempt (ties by
 -- start; is_first_attempt and is_last_attempt of attempts). retried: more than one attempt.
 -- duration: first start to last end. deadline_ms: the first attempt's own budget;
--- anchor_*: the budget it had to fit in (see lineage).
+-- anchor_*: the budget it had to fit in (see lineage). parent_span_id: the span that made
+-- the call (attempts' calling_span_id), so sequential calls of one span meet whatever their
+-- retry shape.
 --
 -- Output: trace_id, logical_call_id, parent_span_id, caller, callee, operation, attempts,
 --   max_attempt, first_outcome, final_outcome, retried, start_ns, end_ns, duration_ms,
 --   deadline_ms, anchor_deadline_ms, anchor_start_ns, root_span_id
 SELECT trace_id, logical_call_id,
-  MAX(parent_span_id) AS parent_span_id,
+  MAX(calling_span_id) AS parent_span_id,
   MAX(caller) AS caller, MAX(callee) AS callee, MAX(operation) AS operation,
   COUNT(*) AS attempts,
   MAX(attempt) AS max_attempt,

@@ -15,7 +15,7 @@
 //! | `depth` | number of ancestors present |
 //! | `is_call_span` | a CLIENT/INTERNAL span with CLIENT/INTERNAL children carrying attempt numbers: a gRPC-style call span whose children are its attempts |
 //! | `parent_is_call_span` | the parent is such a call span |
-//! | `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
+//! | `call_parent_span_id`, `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
 //! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the span's first SERVER child by start (else null) |
 //!
 //! Each span's values derive from its parent's, so every span is computed once (memoised,
@@ -37,7 +37,8 @@ use stormglass_model::schema::{self as col, SPAN_ID_LEN};
 pub const LINEAGE: &str = "lineage";
 
 /// Span columns copied from the parent call span (prefix `call_`).
-const CALL_COLUMNS: [&str; 5] = [
+const CALL_COLUMNS: [&str; 6] = [
+    col::PARENT_SPAN_ID,
     col::CALLEE_HINT,
     col::DEADLINE_MS,
     col::IDEMPOTENT,
