@@ -3,6 +3,7 @@
 
 mod api;
 mod config;
+mod demo;
 mod offline;
 mod serve;
 mod table;
@@ -50,6 +51,25 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: offline::Format,
         /// Configuration file for thresholds.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Start the collector and an instrumented service chain (gateway -> order -> inventory
+    /// over gRPC and payment over HTTP -> a database) that replays one failure mode through
+    /// the OpenTelemetry SDK, printing the headline figures every 5 s. The collector listens
+    /// where `serve` does; the demo analyses every 2 s (assembly.idle 2s,
+    /// analytics.interval 2s).
+    Demo {
+        /// healthy, storm, gc-pause, tail, budget, unsafe or orphans.
+        #[arg(long, default_value = "storm", value_parser = scenario)]
+        scenario: stormglass_demo::Scenario,
+        /// How long to send requests (e.g. 60s, 5m).
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Entry requests per second.
+        #[arg(long, default_value_t = 20.0)]
+        rate: f64,
+        /// Configuration file (the same file `serve` reads).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -107,6 +127,12 @@ fn main() -> ExitCode {
             offline::query(&config, &sql, &from, format).await
         }),
         Command::Rules { config } => rules(config),
+        Command::Demo {
+            scenario,
+            duration,
+            rate,
+            config,
+        } => demo(config, scenario, duration, rate),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -128,6 +154,33 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .collect();
     let config = config::load(args.config.as_deref(), std::env::vars(), &flags)?;
     tokio::runtime::Runtime::new()?.block_on(serve::run(config))
+}
+
+fn scenario(name: &str) -> Result<stormglass_demo::Scenario, String> {
+    stormglass_demo::Scenario::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = stormglass_demo::Scenario::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        format!("unknown scenario; expected one of {}", names.join(", "))
+    })
+}
+
+fn demo(
+    config: Option<PathBuf>,
+    scenario: stormglass_demo::Scenario,
+    duration: std::time::Duration,
+    rate: f64,
+) -> anyhow::Result<()> {
+    if !(rate.is_finite() && rate > 0.0) {
+        anyhow::bail!("--rate must be a positive number of requests per second");
+    }
+    let quick: config::Overrides = vec![
+        ("assembly.idle", "2s".to_owned()),
+        ("analytics.interval", "2s".to_owned()),
+    ];
+    let config = config::load(config.as_deref(), std::env::vars(), &quick)?;
+    tokio::runtime::Runtime::new()?.block_on(demo::run(config, scenario, duration, rate))
 }
 
 fn rules(config: Option<PathBuf>) -> anyhow::Result<()> {

@@ -1,0 +1,201 @@
+//! `stormglass demo`: the collector on its defaults plus the instrumented demo chain
+//! replaying one scenario, with a live summary every few seconds. `/metrics`,
+//! `/api/v1/report` and `/api/v1/alerts` serve the figures while it runs.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use stormglass_analytics::Report;
+use stormglass_demo::{Chain, Counts, Scenario};
+use stormglass_export::notify::AlertStatus;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::serve::{Collector, shutdown_signal};
+
+/// How often the summary is printed.
+const SUMMARY_EVERY: Duration = Duration::from_secs(5);
+
+pub async fn run(
+    config: Config,
+    scenario: Scenario,
+    duration: Duration,
+    rate: f64,
+) -> anyhow::Result<()> {
+    let collector = Collector::start(config).await?;
+    println!(
+        "stormglass demo: scenario {scenario}: {}\n\
+         collector: OTLP gRPC {} and HTTP {}; figures at http://{}/metrics, \
+         http://{api}/api/v1/report, http://{api}/api/v1/alerts\n\
+         sending {rate} requests/s for {}; Ctrl-C stops early.\n",
+        scenario.story(),
+        collector.grpc,
+        collector.http,
+        collector.api,
+        humantime::format_duration(duration),
+        api = collector.api,
+    );
+    let chain = Chain::start(
+        scenario,
+        &collector.grpc.to_string(),
+        &collector.http.to_string(),
+    )
+    .await?;
+    let (stop, stopped) = watch::channel(false);
+    let started = Instant::now();
+    let counts = {
+        let load = chain.run(rate, duration, 512, stopped);
+        tokio::pin!(load);
+        let mut tick = tokio::time::interval(SUMMARY_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                counts = &mut load => break counts,
+                _ = tick.tick() => print!("{}", summary(scenario, started.elapsed(), duration, chain.stats(), &collector)),
+                signal = shutdown_signal() => {
+                    tracing::info!(signal = signal?, "stopping the demo");
+                    let _ = stop.send(true);
+                }
+            }
+        }
+    };
+    chain.shutdown().await;
+    // Let assembly release the last traces and the analysis run over them.
+    println!("load done; waiting for the last traces to be analysed...");
+    tokio::time::sleep(collector.settle_time()).await;
+    print!(
+        "{}",
+        summary(scenario, started.elapsed(), duration, counts, &collector)
+    );
+    collector.stop().await
+}
+
+/// The headline figures: requests, the entry edge's success, amplification per layer, and
+/// the alerts (conditions holding now; firing once held for their `for:`).
+fn summary(
+    scenario: Scenario,
+    elapsed: Duration,
+    duration: Duration,
+    counts: Counts,
+    collector: &Collector,
+) -> String {
+    let report = collector.analysis.report();
+    let alerts = collector.evaluator.alerts();
+    render(scenario, elapsed, duration, counts, &report, &alerts)
+}
+
+fn render(
+    scenario: Scenario,
+    elapsed: Duration,
+    duration: Duration,
+    counts: Counts,
+    report: &Report,
+    alerts: &[AlertStatus],
+) -> String {
+    let done = (elapsed.as_secs_f64() / duration.as_secs_f64().max(1e-9)).min(1.0);
+    let width = 30;
+    let filled = (done * width as f64).round() as usize;
+    let mut out = format!(
+        "[{}{}] {:>4.0}s / {}  {scenario}: {} requests ({} ok, {} failed)\n",
+        "#".repeat(filled),
+        "-".repeat(width - filled),
+        elapsed.as_secs_f64(),
+        humantime::format_duration(duration),
+        counts.requests,
+        counts.succeeded,
+        counts.failed,
+    );
+    let _ = writeln!(
+        out,
+        "  window: {} traces, {} spans analysed",
+        report.window.traces, report.window.spans
+    );
+    let percent = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.1}%", v * 100.0));
+    if let Some(e) = report.edges.iter().find(|e| e.caller == "gateway") {
+        let _ = writeln!(
+            out,
+            "  gateway -> {}: effective success {}, raw {}, {} retries per first attempt",
+            e.callee,
+            percent(e.effective_success_rate),
+            percent(e.raw_success_rate),
+            e.retry_ratio.map_or("-".to_owned(), |r| format!("{r:.2}")),
+        );
+    }
+    let mut layers: Vec<_> = report
+        .layers
+        .iter()
+        .filter_map(|l| l.amplification.map(|a| (l.service.as_str(), a)))
+        .collect();
+    layers.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if !layers.is_empty() {
+        let list: Vec<String> = layers.iter().map(|(s, a)| format!("{s} {a:.1}x")).collect();
+        let _ = writeln!(out, "  amplification: {}", list.join(", "));
+    }
+    let mut holding: Vec<(&str, String)> = report
+        .alerts
+        .iter()
+        .map(|a| (a.name.as_str(), series(&a.labels)))
+        .collect();
+    holding.sort();
+    let firing = alerts.iter().filter(|a| a.state == "firing").count();
+    let _ = writeln!(
+        out,
+        "  alerts: {} conditions holding, {firing} firing (after their for:)",
+        holding.len()
+    );
+    let mut names: Vec<&str> = holding.iter().map(|(n, _)| *n).collect();
+    names.dedup();
+    for name in names {
+        let list: Vec<&str> = holding
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, s)| s.as_str())
+            .collect();
+        let _ = writeln!(out, "    {name}: {}", list.join("; "));
+    }
+    out
+}
+
+/// An alert's series, readably: `caller -> callee operation` or `service operation`.
+fn series(labels: &std::collections::BTreeMap<String, String>) -> String {
+    let get = |k: &str| labels.get(k).map_or("", String::as_str);
+    let head = if labels.contains_key("caller") {
+        format!("{} -> {}", get("caller"), get("callee"))
+    } else {
+        get("service").to_owned()
+    };
+    format!("{head} {}", get("operation")).trim_end().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary shows progress, the entry edge's success and the alerts holding.
+    #[test]
+    fn summary_lines() {
+        let report = Report::default();
+        let text = render(
+            Scenario::Storm,
+            Duration::from_secs(15),
+            Duration::from_secs(60),
+            Counts {
+                requests: 10,
+                succeeded: 4,
+                failed: 6,
+                ..Counts::default()
+            },
+            &report,
+            &[],
+        );
+        assert!(
+            text.starts_with("[########----------------------]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("storm: 10 requests (4 ok, 6 failed)"),
+            "{text}"
+        );
+        assert!(text.contains("0 conditions holding, 0 firing"), "{text}");
+    }
+}
