@@ -15,8 +15,10 @@ use stormglass_demo::{Chain, Counts, Scenario};
 /// Run `scenario` at `rate` requests/s for `seconds`, then wait until every request's trace
 /// is in the report; returns the chain's own counts and the report.
 fn run(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report) {
+    // Idle 3 s: a trace's spans come from four services' exporters, and gc-pause's paused
+    // server spans end 1.4 s after the rest of their trace.
     let server = Server::start(&[
-        ("STORMGLASS_ASSEMBLY__IDLE", "1s"),
+        ("STORMGLASS_ASSEMBLY__IDLE", "3s"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
     ]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -41,6 +43,8 @@ fn run(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report) {
                 report.window.traces, counts.requests,
                 "one trace per request"
             );
+            let late = server.metric("stormglass_assembly_late_spans_total", &[]);
+            assert_eq!(late, 0.0, "spans arrived after their trace was analysed");
             return (counts, report);
         }
         assert!(
