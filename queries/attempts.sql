@@ -10,10 +10,10 @@
 --     idempotency when they carry none.
 -- Attempts of one parent to one callee hint and operation, ordered by start, form logical
 -- calls; a new logical call starts at every attempt numbered 0, so a parent calling the
--- same operation twice makes two logical calls. The logical call id is a number unique
--- within one analysis. (The windows run over the whole table in one order, not one
--- partition per call: DataFusion's window cost grows with the partition count, measured
--- at 11 s per million spans with a partition per logical call.) The callee is the service of a SERVER span under any attempt of the call,
+-- same operation twice makes two logical calls. The grouping (logical_call_id, unique within
+-- one analysis, and each attempt's place in its call) is computed in Rust with the lineage:
+-- as two window passes over the whole table it dominated every interval's analysis.
+-- The callee is the service of a SERVER span under any attempt of the call,
 -- else the service such SERVER spans most often have for this callee hint, else the hint.
 -- cause: the attempt's cause attribute, else the previous attempt's outcome (null on
 -- attempt 0). backoff_ms: gap since the previous attempt's end (null on the first).
@@ -45,12 +45,12 @@ WITH tries AS (
     s.upstream_retry, s.anchor_deadline_ms, s.anchor_start_ns, s.upstream_attempt_span_id,
     s.root_span_id,
     s.server_span_id, s.server_service, s.server_end_ns, s.server_outcome,
-    s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms
+    s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
+    s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
+    s.call_server_service
   FROM lineage s
   -- a call span is not an attempt; its numbered children are
-  WHERE NOT s.is_call_span
-    AND (s.kind = 'client'
-         OR (s.kind = 'internal' AND s.attempt IS NOT NULL AND s.parent_is_call_span))
+  WHERE s.is_attempt
 ),
 hints AS (
   SELECT callee_hint, server_service,
@@ -59,62 +59,24 @@ hints AS (
   WHERE callee_hint IS NOT NULL AND server_service IS NOT NULL
   GROUP BY callee_hint, server_service
 ),
-grouped AS (
-  SELECT t.*,
-    LAG(t.trace_id) OVER g AS prev_trace_id,
-    LAG(t.parent_span_id) OVER g AS prev_parent_span_id,
-    LAG(t.callee_hint) OVER g AS prev_callee_hint,
-    LAG(t.operation) OVER g AS prev_operation
-  FROM tries t
-  WINDOW g AS (ORDER BY t.trace_id, t.parent_span_id, t.callee_hint, t.operation, t.start_ns, t.span_id
-    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-),
-numbered AS (
-  SELECT g.*,
-    SUM(CASE WHEN (g.attempt = 0)
-              OR (g.prev_trace_id IS DISTINCT FROM g.trace_id)
-              OR (g.prev_parent_span_id IS DISTINCT FROM g.parent_span_id)
-              OR (g.prev_callee_hint IS DISTINCT FROM g.callee_hint)
-              OR (g.prev_operation IS DISTINCT FROM g.operation)
-             THEN 1 ELSE 0 END) OVER (
-      ORDER BY g.trace_id, g.parent_span_id, g.callee_hint, g.operation, g.start_ns, g.span_id
-      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS logical_call_id
-  FROM grouped g
-),
-call_servers AS (
-  SELECT logical_call_id, MAX(server_service) AS call_server_service
-  FROM numbered GROUP BY logical_call_id
-),
 resolved AS (
-  SELECT n.*, COALESCE(cs.call_server_service, h.server_service, n.callee_hint, 'unknown') AS callee
-  FROM numbered n
-  JOIN call_servers cs ON cs.logical_call_id = n.logical_call_id
+  SELECT n.*, COALESCE(n.call_server_service, h.server_service, n.callee_hint, 'unknown') AS callee
+  FROM tries n
   LEFT JOIN hints h ON h.callee_hint = n.callee_hint AND h.hint_rank = 1
-),
-ordered AS (
-  SELECT r.*,
-    LAG(r.logical_call_id) OVER w AS prev_call,
-    LAG(r.outcome) OVER w AS prev_outcome,
-    LAG(r.end_ns) OVER w AS prev_end_ns,
-    LEAD(r.logical_call_id) OVER w AS next_call
-  FROM resolved r
-  WINDOW w AS (ORDER BY r.logical_call_id, r.attempt, r.start_ns, r.span_id
-    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
 SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_call_id,
   o.caller, o.callee,
   o.operation, o.attempt,
   CASE WHEN o.attempt = 0 THEN NULL
-       ELSE COALESCE(o.retry_cause, CASE WHEN o.prev_call = o.logical_call_id THEN o.prev_outcome END)
+       ELSE COALESCE(o.retry_cause, o.prev_outcome)
   END AS cause,
   o.outcome, o.start_ns, o.end_ns, (o.end_ns - o.start_ns) / 1e6 AS duration_ms,
   o.deadline_ms, o.own_deadline_ms, o.idempotent, o.has_idempotency_key, o.is_write,
   COALESCE(NOT o.idempotent, o.is_write) AS non_idempotent,
-  CASE WHEN o.prev_call = o.logical_call_id THEN (o.start_ns - o.prev_end_ns) / 1e6 END AS backoff_ms,
+  (o.start_ns - o.prev_end_ns) / 1e6 AS backoff_ms,
   o.attempt = 0 AND NOT o.upstream_retry AS baseline,
   o.anchor_deadline_ms, o.anchor_start_ns, o.upstream_attempt_span_id, o.root_span_id,
   o.server_span_id, o.server_service, o.server_end_ns, o.server_outcome, o.server_pending,
   o.server_ctx_cancelled, o.server_deadline_ms,
-  (o.prev_call IS DISTINCT FROM o.logical_call_id) AS is_first_attempt,
-  (o.next_call IS DISTINCT FROM o.logical_call_id) AS is_last_attempt
-FROM ordered o
+  o.is_first_attempt, o.is_last_attempt
+FROM resolved o

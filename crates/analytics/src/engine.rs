@@ -131,10 +131,11 @@ impl Engine {
         let ctx = Self::session();
         let started = std::time::Instant::now();
         let lineage = lineage(&spans);
-        tracing::debug!(
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-            "lineage computed"
-        );
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(elapsed_ms, "lineage computed");
+        if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
+            eprintln!("lineage (Rust)               {elapsed_ms:>9.1} ms");
+        }
         register(&ctx, "spans", spans.schema(), vec![spans])?;
         register(&ctx, LINEAGE, lineage.schema(), vec![lineage])?;
         let params = self.params.batch();

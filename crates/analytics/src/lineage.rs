@@ -17,6 +17,16 @@
 //! | `parent_is_call_span` | the parent is such a call span |
 //! | `call_parent_span_id`, `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
 //! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the span's first SERVER child by start (else null) |
+//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, or a numbered INTERNAL child of a call span |
+//! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
+//! | `is_first_attempt`, `is_last_attempt`, `prev_outcome`, `prev_end_ns` | attempts only: position within the call, and the outcome and end of the attempt before it in the call |
+//! | `call_server_service` | attempts only: the service of a SERVER span under any attempt of the call (the greatest, if several) |
+//!
+//! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
+//! attempt has none), operation, start and span id; a new call starts at every attempt
+//! numbered 0 (or unnumbered) and wherever trace, parent, hint or operation change. Within a
+//! call, attempts are ordered by number, start and span id. (This was two SQL window passes
+//! over the whole table: the sort dominated every interval's analysis.)
 //!
 //! Each span's values derive from its parent's, so every span is computed once (memoised,
 //! iteratively, so deep traces cannot overflow the stack). A parent cycle in bad data is
@@ -87,7 +97,26 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("depth", DataType::Int32, false),
         Field::new("is_call_span", DataType::Boolean, false),
         Field::new("parent_is_call_span", DataType::Boolean, false),
+        Field::new("is_attempt", DataType::Boolean, false),
+        Field::new("logical_call_id", DataType::Int64, true),
+        Field::new("is_first_attempt", DataType::Boolean, true),
+        Field::new("is_last_attempt", DataType::Boolean, true),
     ]);
+    fields.push(
+        span_field(col::OUTCOME)
+            .with_name("prev_outcome")
+            .with_nullable(true),
+    );
+    fields.push(
+        span_field(col::END_NS)
+            .with_name("prev_end_ns")
+            .with_nullable(true),
+    );
+    fields.push(
+        span_field(col::SERVICE_NAME)
+            .with_name("call_server_service")
+            .with_nullable(true),
+    );
     fields.extend(CALL_COLUMNS.iter().map(|name| {
         span_field(name)
             .with_name(format!("call_{name}"))
@@ -127,16 +156,24 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
     let kind = column(col::KIND).as_string::<i32>();
 
     let rows = spans.num_rows();
-    let mut index: HashMap<(&[u8], &[u8]), usize> = HashMap::with_capacity(rows);
+    // Ids as integers (big-endian, so they order like their bytes); one parent lookup per
+    // span for the whole lineage.
+    let mut index: HashMap<(u128, u64), usize> = HashMap::with_capacity(rows);
     for row in 0..rows {
-        index.insert((trace.value(row), span.value(row)), row);
+        index.insert((trace_int(trace, row), span_int(span, row)), row);
     }
-    let parent_of = |row: usize| -> Option<usize> {
-        if parent.is_null(row) {
-            return None;
-        }
-        index.get(&(trace.value(row), parent.value(row))).copied()
-    };
+    let parent_rows: Vec<Option<usize>> = (0..rows)
+        .map(|row| {
+            if parent.is_null(row) {
+                return None;
+            }
+            index
+                .get(&(trace_int(trace, row), span_int(parent, row)))
+                .copied()
+        })
+        .collect();
+    drop(index);
+    let parent_of = |row: usize| parent_rows[row];
     // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
     let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
     let mut is_call = vec![false; rows];
@@ -211,7 +248,164 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
     let call_parent: Vec<Option<usize>> = (0..rows)
         .map(|row| parent_of(row).filter(|p| is_call[*p]))
         .collect();
-    build(spans, span, nodes, &is_call, &call_parent, &server_child)
+    let calls = logical_calls(spans, &is_call, &call_parent, &server_child);
+    build(
+        spans,
+        span,
+        nodes,
+        &is_call,
+        &call_parent,
+        &server_child,
+        &calls,
+    )
+}
+
+/// A trace id as an integer that orders like its bytes.
+fn trace_int(ids: &FixedSizeBinaryArray, row: usize) -> u128 {
+    let mut bytes = [0u8; 16];
+    let id = ids.value(row);
+    let n = id.len().min(16);
+    bytes[..n].copy_from_slice(&id[..n]);
+    u128::from_be_bytes(bytes)
+}
+
+/// A span id as an integer that orders like its bytes.
+fn span_int(ids: &FixedSizeBinaryArray, row: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    let id = ids.value(row);
+    let n = id.len().min(8);
+    bytes[..n].copy_from_slice(&id[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+/// Order-preserving ranks of the distinct values: comparing ranks compares the strings.
+fn ranks<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<&'a str, u32> {
+    let mut distinct: Vec<&str> = values.collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    distinct
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (v, u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect()
+}
+
+/// SQL's ORDER BY ... ASC puts nulls last: `None` sorts after every value.
+fn nulls_last<T: Copy + Default>(v: Option<T>) -> (bool, T) {
+    match v {
+        Some(v) => (false, v),
+        None => (true, T::default()),
+    }
+}
+
+/// Per span: its logical call and its place in it (attempts only).
+#[derive(Clone, Copy, Default)]
+struct CallSlot {
+    id: Option<i64>,
+    first: bool,
+    last: bool,
+    previous: Option<usize>,
+    /// The SERVER span (under any attempt of the call) whose service sorts last.
+    server: Option<usize>,
+}
+
+/// Group attempts into logical calls (see the module docs for the order).
+fn logical_calls(
+    spans: &RecordBatch,
+    is_call: &[bool],
+    call_parent: &[Option<usize>],
+    server_child: &[Option<usize>],
+) -> Vec<CallSlot> {
+    let column = |name: &str| -> &ArrayRef {
+        match spans.column_by_name(name) {
+            Some(c) => c,
+            None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
+        }
+    };
+    let trace = column(col::TRACE_ID).as_fixed_size_binary();
+    let span = column(col::SPAN_ID).as_fixed_size_binary();
+    let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
+    let kind = column(col::KIND).as_string::<i32>();
+    let attempt = column(col::ATTEMPT).as_primitive::<Int32Type>();
+    let hint = column(col::CALLEE_HINT).as_string::<i32>();
+    let operation = column(col::OPERATION).as_string::<i32>();
+    let start = column(col::START_NS).as_primitive::<Int64Type>();
+    let service = column(col::SERVICE_NAME).as_string::<i32>();
+
+    let rows = spans.num_rows();
+    let is_attempt = |row: usize| {
+        !is_call[row]
+            && match kind.value(row) {
+                "client" => true,
+                "internal" => attempt.is_valid(row) && call_parent[row].is_some(),
+                _ => false,
+            }
+    };
+    // COALESCE(callee_hint, the call span's callee_hint)
+    let hint_of = |row: usize| {
+        (hint.is_valid(row))
+            .then(|| hint.value(row))
+            .or_else(|| call_parent[row].and_then(|p| hint.is_valid(p).then(|| hint.value(p))))
+    };
+    let number = |row: usize| {
+        if attempt.is_valid(row) {
+            attempt.value(row)
+        } else {
+            0
+        }
+    };
+    let attempts: Vec<usize> = (0..rows).filter(|r| is_attempt(*r)).collect();
+    let hint_ranks = ranks(attempts.iter().filter_map(|&r| hint_of(r)));
+    let operation_of = |row: usize| operation.is_valid(row).then(|| operation.value(row));
+    let operation_ranks = ranks(attempts.iter().filter_map(|&r| operation_of(r)));
+    // (trace, parent, hint, operation) identifies a run of attempts; start and span id order
+    // them, as the SQL this replaces did.
+    type Key = (u128, (bool, u64), (bool, u32), (bool, u32));
+    let key_of = |row: usize| -> Key {
+        (
+            trace_int(trace, row),
+            nulls_last(parent.is_valid(row).then(|| span_int(parent, row))),
+            nulls_last(hint_of(row).and_then(|h| hint_ranks.get(h).copied())),
+            nulls_last(operation_of(row).and_then(|o| operation_ranks.get(o).copied())),
+        )
+    };
+    let mut order: Vec<(Key, i64, u64, usize)> = attempts
+        .iter()
+        .map(|&row| (key_of(row), start.value(row), span_int(span, row), row))
+        .collect();
+    order.sort_unstable();
+
+    let mut slots = vec![CallSlot::default(); rows];
+    let mut id = 0i64;
+    let mut members: Vec<usize> = Vec::new();
+    let flush = |members: &mut Vec<usize>, slots: &mut Vec<CallSlot>| {
+        members.sort_unstable_by_key(|&row| (number(row), start.value(row), span_int(span, row)));
+        let server = members
+            .iter()
+            .filter_map(|&row| server_child[row])
+            .max_by(|&a, &b| service.value(a).cmp(service.value(b)));
+        let n = members.len();
+        for (i, &row) in members.iter().enumerate() {
+            slots[row].first = i == 0;
+            slots[row].last = i + 1 == n;
+            slots[row].previous = (i > 0).then(|| members[i - 1]);
+            slots[row].server = server;
+        }
+        members.clear();
+    };
+    let mut previous: Option<&Key> = None;
+    for (key, _, _, row) in &order {
+        let row = *row;
+        if number(row) == 0 || previous != Some(key) {
+            flush(&mut members, &mut slots);
+            id += 1;
+        }
+        slots[row].id = Some(id);
+        members.push(row);
+        previous = Some(key);
+    }
+    flush(&mut members, &mut slots);
+    slots
 }
 
 /// Rows `indices` of `column` (null where the index is), via Arrow's `take`.
@@ -233,6 +427,7 @@ fn build(
     is_call: &[bool],
     call_parent: &[Option<usize>],
     server_child: &[Option<usize>],
+    calls: &[CallSlot],
 ) -> RecordBatch {
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let span_at = |row: usize| span.value(row);
@@ -269,7 +464,22 @@ fn build(
         Arc::new(BooleanArray::from_iter(
             call_parent.iter().map(|p| Some(p.is_some())),
         )),
+        Arc::new(BooleanArray::from_iter(
+            calls.iter().map(|c| Some(c.id.is_some())),
+        )),
+        Arc::new(Int64Array::from_iter(calls.iter().map(|c| c.id))),
+        Arc::new(BooleanArray::from_iter(
+            calls.iter().map(|c| c.id.map(|_| c.first)),
+        )),
+        Arc::new(BooleanArray::from_iter(
+            calls.iter().map(|c| c.id.map(|_| c.last)),
+        )),
     ]);
+    let previous: Vec<Option<usize>> = calls.iter().map(|c| c.previous).collect();
+    columns.push(gather(by_name(col::OUTCOME), &previous));
+    columns.push(gather(by_name(col::END_NS), &previous));
+    let call_server: Vec<Option<usize>> = calls.iter().map(|c| c.server).collect();
+    columns.push(gather(by_name(col::SERVICE_NAME), &call_server));
     columns.extend(
         CALL_COLUMNS
             .iter()
