@@ -141,12 +141,7 @@ struct Node {
 
 /// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`]).
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
-    let column = |name: &str| -> &ArrayRef {
-        match spans.column_by_name(name) {
-            Some(c) => c,
-            None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
-        }
-    };
+    let column = |name: &str| column(spans, name);
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
     let span = column(col::SPAN_ID).as_fixed_size_binary();
     let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
@@ -260,6 +255,14 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
     )
 }
 
+/// A column of a batch following the span schema.
+fn column<'a>(spans: &'a RecordBatch, name: &str) -> &'a ArrayRef {
+    match spans.column_by_name(name) {
+        Some(c) => c,
+        None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
+    }
+}
+
 /// A trace id as an integer that orders like its bytes.
 fn trace_int(ids: &FixedSizeBinaryArray, row: usize) -> u128 {
     let mut bytes = [0u8; 16];
@@ -316,12 +319,7 @@ fn logical_calls(
     call_parent: &[Option<usize>],
     server_child: &[Option<usize>],
 ) -> Vec<CallSlot> {
-    let column = |name: &str| -> &ArrayRef {
-        match spans.column_by_name(name) {
-            Some(c) => c,
-            None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
-        }
-    };
+    let column = |name: &str| column(spans, name);
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
     let span = column(col::SPAN_ID).as_fixed_size_binary();
     let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
@@ -440,12 +438,7 @@ fn build(
             Err(e) => unreachable!("span ids are {SPAN_ID_LEN} bytes: {e}"),
         }
     };
-    let by_name = |name: &str| -> &ArrayRef {
-        match spans.column_by_name(name) {
-            Some(c) => c,
-            None => unreachable!("spans follow SPANS_SCHEMA, which has {name}"),
-        }
-    };
+    let by_name = |name: &str| column(spans, name);
     let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
     columns.extend([
         Arc::new(BooleanArray::from_iter(
