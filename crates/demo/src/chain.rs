@@ -349,11 +349,11 @@ async fn checkout(State(s): State<Arc<Services>>, headers: HeaderMap) -> StatusC
 /// Handlers run on the request's own task: when the caller goes away, hyper and tonic drop
 /// them, and cancellation reaches the work (its spans end as cancelled). A server that
 /// ignores cancellation runs the work on a detached task, which finishes regardless.
-async fn handle<F>(s: &Services, work: F) -> Outcome
+async fn handle<F>(honour_cancellation: bool, work: F) -> Outcome
 where
     F: Future<Output = Outcome> + Send + 'static,
 {
-    if s.plan.honour_deadlines {
+    if honour_cancellation {
         work.await
     } else {
         tokio::spawn(work).await.unwrap_or(Outcome::ServerError)
@@ -361,7 +361,7 @@ where
 }
 
 async fn orders(State(s): State<Arc<Services>>, headers: HeaderMap) -> StatusCode {
-    status(handle(&s.clone(), serve_order(s, headers)).await)
+    status(handle(s.plan.honour_deadlines, serve_order(s, headers)).await)
 }
 
 async fn serve_order(s: Arc<Services>, headers: HeaderMap) -> Outcome {
@@ -453,7 +453,7 @@ impl grpc::Reserve for Inventory {
         let s = self.0.clone();
         let headers = request.metadata().clone().into_headers();
         Box::pin(async move {
-            match handle(&s.clone(), serve_inventory(s, headers)).await {
+            match handle(s.plan.honour_deadlines, serve_inventory(s, headers)).await {
                 Outcome::Ok => Ok(tonic::Response::new(ReserveReply { reserved: true })),
                 outcome => Err(tonic::Status::new(outcome.grpc_code(), outcome.class())),
             }
@@ -462,57 +462,52 @@ impl grpc::Reserve for Inventory {
 }
 
 async fn serve_inventory(s: Arc<Services>, headers: HeaderMap) -> Outcome {
-    {
-        {
-            let plan = &s.plan;
-            let incoming = Incoming::from_headers(&headers);
-            let tracer = &s.telemetry.inventory;
-            let server = ServerSpan::start(
-                tracer,
-                "demo.Inventory/Reserve",
-                &incoming,
-                true,
-                true,
-                vec![
-                    KeyValue::new("rpc.system", "grpc"),
-                    KeyValue::new("rpc.service", grpc::SERVICE),
-                    KeyValue::new("rpc.method", "Reserve"),
-                ],
-            );
-            // A stop-the-world pause holds every request that arrives during it.
-            if let Some(pause) = plan.inventory_pause {
-                let since = s.started.elapsed();
-                if since >= pause.first_after {
-                    let into = (since - pause.first_after).as_nanos() % pause.every.as_nanos();
-                    let into = Duration::from_nanos(into as u64);
-                    if into < pause.length {
-                        tokio::time::sleep(pause.length - into).await;
-                    }
-                }
+    let plan = &s.plan;
+    let incoming = Incoming::from_headers(&headers);
+    let tracer = &s.telemetry.inventory;
+    let server = ServerSpan::start(
+        tracer,
+        "demo.Inventory/Reserve",
+        &incoming,
+        true,
+        true,
+        vec![
+            KeyValue::new("rpc.system", "grpc"),
+            KeyValue::new("rpc.service", grpc::SERVICE),
+            KeyValue::new("rpc.method", "Reserve"),
+        ],
+    );
+    // A stop-the-world pause holds every request that arrives during it.
+    if let Some(pause) = plan.inventory_pause {
+        let since = s.started.elapsed();
+        if since >= pause.first_after {
+            let into = (since - pause.first_after).as_nanos() % pause.every.as_nanos();
+            let into = Duration::from_nanos(into as u64);
+            if into < pause.length {
+                tokio::time::sleep(pause.length - into).await;
             }
-            let n = next(&s.calls.inventory);
-            let work = async {
-                tokio::time::sleep(plan.inventory_work.of(n)).await;
-                let select = Call {
-                    tracer,
-                    parent: server.context(),
-                    name: "SELECT stock",
-                    callee: "db",
-                    shape: Shape::Sibling,
-                    attributes: db_attributes("SELECT"),
-                };
-                let (outcome, _) =
-                    retry::call(select, &plan.inventory_db, incoming.deadline, |_| {
-                        database(plan.db_select.of(next(&s.calls.select)))
-                    })
-                    .await;
-                outcome
-            };
-            let (outcome, cut) = bounded(plan, incoming.deadline, work).await;
-            server.finish(outcome, cut);
-            outcome
         }
     }
+    let n = next(&s.calls.inventory);
+    let work = async {
+        tokio::time::sleep(plan.inventory_work.of(n)).await;
+        let select = Call {
+            tracer,
+            parent: server.context(),
+            name: "SELECT stock",
+            callee: "db",
+            shape: Shape::Sibling,
+            attributes: db_attributes("SELECT"),
+        };
+        let (outcome, _) = retry::call(select, &plan.inventory_db, incoming.deadline, |_| {
+            database(plan.db_select.of(next(&s.calls.select)))
+        })
+        .await;
+        outcome
+    };
+    let (outcome, cut) = bounded(plan, incoming.deadline, work).await;
+    server.finish(outcome, cut);
+    outcome
 }
 
 fn db_attributes(operation: &'static str) -> Vec<KeyValue> {
@@ -523,7 +518,7 @@ fn db_attributes(operation: &'static str) -> Vec<KeyValue> {
 }
 
 async fn charge(State(s): State<Arc<Services>>, headers: HeaderMap) -> StatusCode {
-    status(handle(&s.clone(), serve_payment(s, headers)).await)
+    status(handle(s.plan.honour_deadlines, serve_payment(s, headers)).await)
 }
 
 async fn serve_payment(s: Arc<Services>, headers: HeaderMap) -> Outcome {
