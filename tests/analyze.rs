@@ -7,9 +7,8 @@ mod common;
 mod fixtures;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::{Server, get};
+use common::{Server, get, stormglass};
 use fixtures::Spans;
 use prost::Message;
 use serde_json::Value;
@@ -18,18 +17,6 @@ fn dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("stormglass-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn stormglass(args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_stormglass"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8(output.stderr).unwrap(),
-    )
 }
 
 fn path(p: &Path) -> &str {

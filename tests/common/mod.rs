@@ -54,6 +54,11 @@ impl Server {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
     /// The `/metrics` exposition as (series, value) pairs.
     pub fn metrics(&self) -> Vec<(String, f64)> {
         let text = get(&format!("http://{}/metrics", self.api)).1;
@@ -107,6 +112,19 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// Run the built `stormglass` binary; returns (success, stdout, stderr).
+pub fn stormglass(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_stormglass"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
 }
 
 /// GET a URL on loopback; returns (status, body).

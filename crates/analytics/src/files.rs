@@ -149,9 +149,19 @@ pub fn write_parquet(
     path: &Path,
     spans: &RecordBatch,
 ) -> Result<(), parquet::errors::ParquetError> {
+    write_parquet_batches(path, std::iter::once(spans.clone()))
+}
+
+/// Write batches of spans, one after another, as one Parquet file with the span schema.
+pub fn write_parquet_batches(
+    path: &Path,
+    batches: impl IntoIterator<Item = RecordBatch>,
+) -> Result<(), parquet::errors::ParquetError> {
     let file = File::create(path)?;
     let mut writer = parquet::arrow::ArrowWriter::try_new(file, SPANS_SCHEMA.clone(), None)?;
-    writer.write(spans)?;
+    for batch in batches {
+        writer.write(&batch)?;
+    }
     writer.close()?;
     Ok(())
 }

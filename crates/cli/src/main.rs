@@ -4,6 +4,7 @@
 mod api;
 mod config;
 mod demo;
+mod load;
 mod offline;
 mod serve;
 mod table;
@@ -73,6 +74,11 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Send synthetic SDK-shaped traces to an OTLP receiver (stormglass or any collector)
+    /// and report accepted/refused spans, spans/s and, with --pid, the server's CPU-seconds
+    /// and memory. --decode-only measures the prost decode floor instead; --write-parquet
+    /// writes the same traces to a Parquet file for `analyze` and `query`.
+    Load(LoadArgs),
     /// Print the Prometheus recording and alerting rules generated from the alert
     /// definitions, with the thresholds and runbook base of the configuration. The shipped
     /// dashboards/prometheus/stormglass-rules.yml is this output for the defaults.
@@ -97,6 +103,66 @@ struct ServeArgs {
     /// API and /metrics listen address (listen.api).
     #[arg(long, value_name = "ADDR")]
     api_listen: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct LoadArgs {
+    /// Receiver address (host:port).
+    #[arg(long, default_value = "127.0.0.1:4317")]
+    endpoint: String,
+    /// OTLP transport: grpc, or http (protobuf to /v1/traces).
+    #[arg(long, value_enum, default_value = "grpc")]
+    protocol: LoadProtocol,
+    /// Export requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// How long to send (e.g. 20s).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: std::time::Duration,
+    /// Spans per export request (whole traces, so slightly more).
+    #[arg(long, default_value_t = 600)]
+    spans_per_request: usize,
+    /// Distinct pre-encoded requests to cycle through.
+    #[arg(long, default_value_t = 16)]
+    payloads: usize,
+    /// Services on the longest path of a trace.
+    #[arg(long, default_value_t = 4)]
+    depth: u32,
+    /// Services each non-leaf service calls.
+    #[arg(long, default_value_t = 1)]
+    fanout: u32,
+    /// Share of calls whose first attempt fails and is retried.
+    #[arg(long, default_value_t = 0.1)]
+    retry_rate: f64,
+    /// Seed of the synthetic traces.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Server process to report CPU-seconds and memory of.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Wait this long after the last answer before reading the server's CPU, so work done
+    /// after answering (assembly, analysis) is counted.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    settle: std::time::Duration,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Measure prost decoding (and decoding + Arrow encoding) of the payloads on one
+    /// thread for --duration; sends nothing.
+    #[arg(long, conflicts_with = "write_parquet")]
+    decode_only: bool,
+    /// Write --spans spans of the same traces to this Parquet file; sends nothing.
+    #[arg(long, value_name = "FILE")]
+    write_parquet: Option<PathBuf>,
+    /// Spans to write with --write-parquet.
+    #[arg(long, default_value_t = 10_000_000)]
+    spans: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LoadProtocol {
+    Grpc,
+    Http,
 }
 
 fn main() -> ExitCode {
@@ -127,6 +193,7 @@ fn main() -> ExitCode {
             offline::query(&config, &sql, &from, format).await
         }),
         Command::Rules { config } => rules(config),
+        Command::Load(args) => load(args),
         Command::Demo {
             scenario,
             duration,
@@ -181,6 +248,48 @@ fn demo(
     ];
     let config = config::load(config.as_deref(), std::env::vars(), &quick)?;
     tokio::runtime::Runtime::new()?.block_on(demo::run(config, scenario, duration, rate))
+}
+
+fn load(args: LoadArgs) -> anyhow::Result<()> {
+    if !(0.0..=1.0).contains(&args.retry_rate) {
+        anyhow::bail!("--retry-rate must be between 0 and 1");
+    }
+    let shape = stormglass_model::synth::Shape {
+        depth: args.depth,
+        fanout: args.fanout,
+        retry_rate: args.retry_rate,
+        seed: args.seed,
+    };
+    if let Some(path) = &args.write_parquet {
+        return load::write_parquet(path, shape, args.spans);
+    }
+    if args.decode_only {
+        return load::decode_floor(
+            shape,
+            args.spans_per_request,
+            args.payloads,
+            args.duration,
+            args.json,
+        );
+    }
+    let config = stormglass_demo::load::LoadConfig {
+        protocol: match args.protocol {
+            LoadProtocol::Grpc => stormglass_demo::load::Protocol::Grpc,
+            LoadProtocol::Http => stormglass_demo::load::Protocol::Http,
+        },
+        endpoint: args.endpoint,
+        concurrency: args.concurrency,
+        duration: args.duration,
+        server_pid: args.pid,
+        settle: args.settle,
+    };
+    tokio::runtime::Runtime::new()?.block_on(load::send(
+        config,
+        shape,
+        args.spans_per_request,
+        args.payloads,
+        args.json,
+    ))
 }
 
 fn rules(config: Option<PathBuf>) -> anyhow::Result<()> {

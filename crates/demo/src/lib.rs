@@ -6,6 +6,7 @@
 
 pub mod chain;
 pub mod grpc;
+pub mod load;
 pub mod retry;
 pub mod scenario;
 pub mod telemetry;

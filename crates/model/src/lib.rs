@@ -6,6 +6,7 @@ pub mod conventions;
 pub mod encode;
 pub mod outcome;
 pub mod schema;
+pub mod synth;
 pub mod testing;
 
 pub use conventions::{Concept, Conventions};
