@@ -135,3 +135,36 @@ fn synthetic_parquet_analyses_into_its_shape() {
         assert_eq!(edge["retries_by_cause"]["unavailable"], retries, "{edge}");
     }
 }
+
+/// A query that reads only `spans` skips the analysis and scans the Parquet file itself,
+/// and gives what the same SQL gives over the fully analysed spans.
+#[test]
+fn spans_only_query_scans_parquet_without_analysing() {
+    let dir = common::temp_dir("load-query");
+    let file = dir.join("spans.parquet");
+    let file = file.to_str().unwrap();
+    let (ok, _, stderr) = stormglass(&["load", "--write-parquet", file, "--spans", "5000"]);
+    assert!(ok, "{stderr}");
+    let query = |sql: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormglass"))
+            .args(["query", sql, "--from", file, "--format", "json"])
+            .env("STORMGLASS_QUERY_TIMINGS", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(output.status.success(), "{stderr}");
+        let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+        (rows, stderr.contains("lineage"))
+    };
+    let per_service = "SELECT service_name, COUNT(*) AS n, SUM(duration_ns) AS d FROM spans";
+    let (direct, analysed) = query(&format!(
+        "WITH s AS ({per_service} GROUP BY 1) SELECT * FROM s ORDER BY 1"
+    ));
+    assert!(!analysed, "a spans-only query ran the analysis");
+    let (full, analysed) = query(&format!(
+        "{per_service} WHERE (SELECT COUNT(*) FROM lineage) > 0 GROUP BY 1 ORDER BY 1"
+    ));
+    assert!(analysed);
+    assert_eq!(direct, full);
+    assert_eq!(direct.as_array().unwrap().len(), 4, "{direct}");
+}

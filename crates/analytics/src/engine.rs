@@ -17,6 +17,8 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Deserialize;
 
+use stormglass_model::SPANS_SCHEMA;
+
 use crate::histogram;
 use crate::lineage::{LINEAGE, lineage};
 use crate::queries::{self, Query};
@@ -177,6 +179,49 @@ impl Engine {
         let params = self.params.batch();
         register(&ctx, "params", params.schema(), vec![params])?;
         self.merge_into(&ctx, window).await?;
+        Ok(ctx)
+    }
+
+    /// The tables `sql` reads (CTE names excluded), or the parser's error.
+    pub fn tables_read(sql: &str) -> Result<Vec<String>, DataFusionError> {
+        let state = Self::session().state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect)?;
+        Ok(state
+            .resolve_table_references(&statement)?
+            .iter()
+            .map(|t| t.table().to_owned())
+            .collect())
+    }
+
+    /// A session with only the `spans` table: what a query that reads nothing else needs.
+    /// With one Parquet file of the span schema, DataFusion scans the file itself (only the
+    /// columns and row groups the query needs); otherwise `load` gives the spans.
+    pub async fn spans_context(
+        parquet: Option<&std::path::Path>,
+        load: impl FnOnce() -> RecordBatch,
+    ) -> Result<SessionContext, DataFusionError> {
+        let ctx = Self::session();
+        if let Some(path) = parquet.and_then(|p| p.to_str()) {
+            let options = datafusion::prelude::ParquetReadOptions::default();
+            ctx.register_parquet("spans", path, options).await?;
+            let schema = ctx.table("spans").await?.schema().as_arrow().clone();
+            let fits = schema.fields().len() == SPANS_SCHEMA.fields().len()
+                && schema
+                    .fields()
+                    .iter()
+                    .zip(SPANS_SCHEMA.fields())
+                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+            if fits {
+                return Ok(ctx);
+            }
+            ctx.deregister_table("spans")?;
+        }
+        let spans = load();
+        ctx.register_table(
+            "spans",
+            Arc::new(MemTable::try_new(spans.schema(), vec![vec![spans]])?),
+        )?;
         Ok(ctx)
     }
 

@@ -19,6 +19,10 @@ use stormglass_export::NotifyConfig;
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";
 
+/// `STORMGLASS_*` variables that are switches of the tools, not configuration keys:
+/// per-query timings on stderr, and re-blessing golden files in tests.
+const NOT_CONFIG: [&str; 2] = ["STORMGLASS_QUERY_TIMINGS", "STORMGLASS_BLESS"];
+
 /// The whole configuration of `stormglass serve`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
@@ -178,6 +182,9 @@ pub fn load(
         None => Value::Object(Map::new()),
     };
     for (name, value) in env {
+        if NOT_CONFIG.contains(&name.as_str()) {
+            continue;
+        }
         if let Some(path) = name.strip_prefix(ENV_PREFIX) {
             let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
             set(&mut tree, &keys, scalar(&value));
@@ -466,6 +473,8 @@ mod tests {
                 "127.0.0.1:2".to_owned(),
             ),
             ("OTHER".to_owned(), "x".to_owned()),
+            // A tool switch, not a key: must not fail as an unknown section.
+            ("STORMGLASS_QUERY_TIMINGS".to_owned(), "1".to_owned()),
         ];
         let flags = vec![("listen.http", "127.0.0.1:3".to_owned())];
         let config = load(Some(&path), env, &flags).unwrap();

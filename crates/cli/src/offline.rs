@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use arrow::array::RecordBatch;
 use stormglass_analytics::files::{self, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
 use stormglass_analytics::{Engine, engine};
@@ -72,12 +73,32 @@ pub async fn query(
     paths: &[PathBuf],
     format: Format,
 ) -> anyhow::Result<()> {
-    let spans = load(paths)?;
     let engine = Engine::new(config.params());
-    let ctx = engine
-        .query_context(spans)
+    let tables = Engine::tables_read(sql).context("the query is not valid")?;
+    let ctx = if tables.iter().all(|t| t == "spans") {
+        // Nothing derived is read: skip the analysis, and let DataFusion scan one Parquet
+        // file directly, reading only the columns the query needs.
+        let parquet = match paths {
+            [one] if one.extension().is_some_and(|e| e == "parquet") => Some(one.as_path()),
+            _ => None,
+        };
+        let mut loaded = Ok(());
+        let ctx = Engine::spans_context(parquet, || {
+            load(paths).unwrap_or_else(|e| {
+                loaded = Err(e);
+                RecordBatch::new_empty(stormglass_model::SPANS_SCHEMA.clone())
+            })
+        })
         .await
-        .context("analysis failed")?;
+        .context("cannot read the spans")?;
+        loaded?;
+        ctx
+    } else {
+        engine
+            .query_context(load(paths)?)
+            .await
+            .context("analysis failed")?
+    };
     let frame = ctx.sql(sql).await.context("the query is not valid")?;
     let batches = frame.collect().await.context("the query failed")?;
     let result = engine::Table {
