@@ -8,7 +8,7 @@ use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use stormglass_model::{Conventions, SpanBatchBuilder};
+use stormglass_model::Conventions;
 
 use crate::error::IngestError;
 use crate::metrics::{IngestMetrics, Transport};
@@ -58,9 +58,7 @@ impl Pipeline {
         transport: Transport,
         request: &ExportTraceServiceRequest,
     ) -> Result<ExportTraceServiceResponse, IngestError> {
-        let mut builder = SpanBatchBuilder::new(&self.conventions);
-        builder.append_request(request);
-        let (batch, report) = builder.finish();
+        let (batch, report) = stormglass_model::encode_request(&self.conventions, request);
         self.metrics.encoded(transport, &report);
         let spans = batch.num_rows() as u64;
         if spans > 0 {

@@ -130,30 +130,72 @@ pub struct SpanBatchBuilder<'c> {
 
 impl<'c> SpanBatchBuilder<'c> {
     pub fn new(conventions: &'c Conventions) -> Self {
+        Self::with_capacity(conventions, 0)
+    }
+
+    /// A builder sized for `spans` spans of `request`, so the stored batch's buffers are not
+    /// left up to twice as large as their contents by growth: fixed-width columns get
+    /// exactly `spans` rows, strings their exact or typical byte counts. Held spans cost
+    /// memory in assembly for as long as their trace is open.
+    pub fn for_request(conventions: &'c Conventions, request: &ExportTraceServiceRequest) -> Self {
+        let spans = || {
+            request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+        };
+        let count = spans().count();
+        let mut builder = Self::with_capacity(conventions, count);
+        let names: usize = spans().map(|s| s.name.len()).sum();
+        let services: usize = request
+            .resource_spans
+            .iter()
+            .map(|r| {
+                let service = r
+                    .resource
+                    .as_ref()
+                    .and_then(|r| find_str(&r.attributes, "service.name"))
+                    .map_or(UNKNOWN_SERVICE.len(), str::len);
+                service * r.scope_spans.iter().map(|s| s.spans.len()).sum::<usize>()
+            })
+            .sum();
+        builder.service_name = StringBuilder::with_capacity(count, services);
+        builder.span_name = StringBuilder::with_capacity(count, names);
+        builder.operation = StringBuilder::with_capacity(count, names);
+        builder
+    }
+
+    /// A builder whose columns have room for `spans` rows before growing (0: arrow's
+    /// defaults).
+    fn with_capacity(conventions: &'c Conventions, spans: usize) -> Self {
+        let rows = if spans == 0 { 1024 } else { spans };
+        // Typical bytes of the short enum-like strings (kind, status, outcome, cause).
+        let short = rows * 6;
         SpanBatchBuilder {
             conventions,
-            trace_id: FixedSizeBinaryBuilder::new(TRACE_ID_LEN),
-            span_id: FixedSizeBinaryBuilder::new(SPAN_ID_LEN),
-            parent_span_id: FixedSizeBinaryBuilder::new(SPAN_ID_LEN),
-            service_name: StringBuilder::new(),
-            span_name: StringBuilder::new(),
-            kind: StringBuilder::new(),
-            start_ns: Int64Builder::new(),
-            end_ns: Int64Builder::new(),
-            duration_ns: Int64Builder::new(),
-            status_code: StringBuilder::new(),
-            status_message: StringBuilder::new(),
-            attempt: Int32Builder::new(),
-            retry_cause: StringBuilder::new(),
-            deadline_ms: Float64Builder::new(),
-            has_idempotency_key: BooleanBuilder::new(),
-            idempotent: BooleanBuilder::new(),
-            is_write: BooleanBuilder::new(),
-            callee_hint: StringBuilder::new(),
-            operation: StringBuilder::new(),
-            ctx_cancelled: BooleanBuilder::new(),
-            pending: BooleanBuilder::new(),
-            outcome: StringBuilder::new(),
+            trace_id: FixedSizeBinaryBuilder::with_capacity(rows, TRACE_ID_LEN),
+            span_id: FixedSizeBinaryBuilder::with_capacity(rows, SPAN_ID_LEN),
+            parent_span_id: FixedSizeBinaryBuilder::with_capacity(rows, SPAN_ID_LEN),
+            service_name: StringBuilder::with_capacity(rows, rows * 8),
+            span_name: StringBuilder::with_capacity(rows, rows * 16),
+            kind: StringBuilder::with_capacity(rows, short),
+            start_ns: Int64Builder::with_capacity(rows),
+            end_ns: Int64Builder::with_capacity(rows),
+            duration_ns: Int64Builder::with_capacity(rows),
+            status_code: StringBuilder::with_capacity(rows, short),
+            status_message: StringBuilder::with_capacity(rows, 0),
+            attempt: Int32Builder::with_capacity(rows),
+            retry_cause: StringBuilder::with_capacity(rows, 0),
+            deadline_ms: Float64Builder::with_capacity(rows),
+            has_idempotency_key: BooleanBuilder::with_capacity(rows),
+            idempotent: BooleanBuilder::with_capacity(rows),
+            is_write: BooleanBuilder::with_capacity(rows),
+            callee_hint: StringBuilder::with_capacity(rows, 0),
+            operation: StringBuilder::with_capacity(rows, rows * 16),
+            ctx_cancelled: BooleanBuilder::with_capacity(rows),
+            pending: BooleanBuilder::with_capacity(rows),
+            outcome: StringBuilder::with_capacity(rows, short),
             attributes: MapBuilder::new(
                 Some(MapFieldNames {
                     entry: "entries".into(),
@@ -381,7 +423,7 @@ pub fn encode_request(
     conventions: &Conventions,
     request: &ExportTraceServiceRequest,
 ) -> (RecordBatch, EncodeReport) {
-    let mut builder = SpanBatchBuilder::new(conventions);
+    let mut builder = SpanBatchBuilder::for_request(conventions, request);
     builder.append_request(request);
     builder.finish()
 }

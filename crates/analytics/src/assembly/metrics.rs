@@ -24,6 +24,7 @@ impl ReleaseReason {
 pub struct AssemblyMetrics {
     spans: IntGauge,
     traces: IntGauge,
+    memory_bytes: IntGauge,
     max_spans: IntGauge,
     late_spans: IntCounter,
     released_spans: IntCounter,
@@ -63,6 +64,10 @@ impl AssemblyMetrics {
                 "Spans held in assembly now (open traces).",
             )?,
             traces: gauge("stormglass_assembly_traces", "Traces open in assembly now.")?,
+            memory_bytes: gauge(
+                "stormglass_assembly_memory_bytes",
+                "Memory holding the open traces: Arrow buffers of the stored batches plus the index.",
+            )?,
             max_spans: gauge(
                 "stormglass_assembly_max_spans",
                 "The assembly.max_spans bound; spans are refused (retryably) above it.",
@@ -91,9 +96,11 @@ impl AssemblyMetrics {
             .set(i64::try_from(max_spans).unwrap_or(i64::MAX));
     }
 
-    pub(crate) fn open(&self, spans: usize, traces: usize) {
+    pub(crate) fn open(&self, spans: usize, traces: usize, bytes: usize) {
         self.spans.set(i64::try_from(spans).unwrap_or(i64::MAX));
         self.traces.set(i64::try_from(traces).unwrap_or(i64::MAX));
+        self.memory_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn late(&self, spans: u64) {

@@ -2,8 +2,8 @@
 //!
 //! Data flow: receivers hand encoded batches to [`Assembly`] (it is their `SpanSink`). The
 //! batches are kept as they arrived; each open trace records only where its rows are
-//! (`(batch, row)` pairs), so holding a span costs its Arrow bytes plus 12 bytes of index
-//! and no per-span allocation. A release loop ([`Assembly::run`]) finds traces idle for
+//! (`(batch, row)` pairs), so holding a span costs its Arrow bytes plus 16 bytes of index
+//! and no per-span allocation; `stormglass_assembly_memory_bytes` reports the total. A release loop ([`Assembly::run`]) finds traces idle for
 //! `assembly.idle` or older than `assembly.max_age`, gathers their rows into one batch with
 //! Arrow's `interleave`, and hands it to a [`TraceSink`]. A stored batch is dropped once none
 //! of its rows belong to an open trace.
@@ -48,6 +48,8 @@ struct State {
     next_batch: BatchId,
     traces: HashMap<TraceId, OpenTrace>,
     open_spans: usize,
+    /// Arrow memory of the stored batches.
+    batch_bytes: usize,
     /// Released trace ids in two generations; the older is forgotten on rotation.
     released: [HashSet<TraceId>; 2],
     rotated_at: Option<Instant>,
@@ -55,6 +57,8 @@ struct State {
 
 struct StoredBatch {
     batch: RecordBatch,
+    /// Its Arrow memory, counted in `State::batch_bytes` while stored.
+    bytes: usize,
     /// Rows of this batch that belong to open traces.
     live: usize,
 }
@@ -137,10 +141,15 @@ impl Assembly {
             live += 1;
         }
         if live > 0 {
-            state.batches.insert(batch_id, StoredBatch { batch, live });
+            let bytes = batch.get_array_memory_size();
+            state.batch_bytes += bytes;
+            state
+                .batches
+                .insert(batch_id, StoredBatch { batch, bytes, live });
             state.open_spans += live;
         }
-        self.metrics.open(state.open_spans, state.traces.len());
+        self.metrics
+            .open(state.open_spans, state.traces.len(), state.memory_bytes());
         drop(state);
         if late > 0 {
             self.metrics.late(late);
@@ -197,7 +206,8 @@ impl Assembly {
             let (sources, positions) = state.take_rows(&taken);
             let now_released = &mut state.released[0];
             now_released.extend(taken.iter().map(|(id, _)| *id));
-            self.metrics.open(state.open_spans, state.traces.len());
+            self.metrics
+                .open(state.open_spans, state.traces.len(), state.memory_bytes());
             (sources, positions, taken.len())
         };
         if traces == 0 {
@@ -240,6 +250,19 @@ impl SpanSink for Assembly {
 }
 
 impl State {
+    /// Memory held: the stored batches' Arrow buffers plus the maps and row index (by
+    /// their element sizes; allocator overhead and the rows vectors' spare capacity are not
+    /// counted).
+    fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let trace_entry = size_of::<TraceId>() + size_of::<OpenTrace>() + 1;
+        let batch_entry = size_of::<BatchId>() + size_of::<StoredBatch>() + 1;
+        self.batch_bytes
+            + self.traces.capacity() * trace_entry
+            + self.batches.capacity() * batch_entry
+            + self.open_spans * size_of::<(BatchId, u32)>()
+    }
+
     /// Forget the older generation of released ids once the current one is `memory` old.
     fn rotate_released(&mut self, now: Instant, memory: Duration) {
         let rotated_at = *self.rotated_at.get_or_insert(now);
@@ -269,6 +292,7 @@ impl State {
                 if let Some(stored) = self.batches.get_mut(&batch_id) {
                     stored.live -= 1;
                     if stored.live == 0 {
+                        self.batch_bytes -= stored.bytes;
                         self.batches.remove(&batch_id);
                     }
                 }

@@ -155,22 +155,28 @@ fn release_all_empties_assembly() {
     assert_eq!(a.open(), (0, 0));
 }
 
-/// A batch partly released stays stored until its last live row goes.
+/// A batch partly released stays stored until its last live row goes, and its Arrow
+/// memory stays counted until then.
 #[test]
 fn shared_batch_freed_with_its_last_row() {
     let (a, _sink) = assembly(config());
     let t0 = Instant::now();
-    a.accept_at(batch(&[(1, 1), (2, 1)]), t0).unwrap();
-    a.accept_at(batch(&[(2, 2)]), t0 + Duration::from_secs(8))
-        .unwrap();
+    let (first, second) = (batch(&[(1, 1), (2, 1)]), batch(&[(2, 2)]));
+    let both = first.get_array_memory_size() + second.get_array_memory_size();
+    a.accept_at(first, t0).unwrap();
+    a.accept_at(second, t0 + Duration::from_secs(8)).unwrap();
+    assert_eq!(a.lock().batch_bytes, both);
     a.release_due(t0 + Duration::from_secs(10));
     assert_eq!(
         a.lock().batches.len(),
         2,
         "trace 2 still lives in the first batch"
     );
+    assert_eq!(a.lock().batch_bytes, both);
+    assert!(a.lock().memory_bytes() > both);
     a.release_due(t0 + Duration::from_secs(18));
     assert!(a.lock().batches.is_empty());
+    assert_eq!(a.lock().batch_bytes, 0);
 }
 
 /// The config rejects impossible combinations, naming each key.
