@@ -211,10 +211,15 @@ impl Engine {
                     .fields()
                     .iter()
                     .zip(SPANS_SCHEMA.fields())
-                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+                    .all(|(a, b)| a.name() == b.name() && same_type(a.data_type(), b.data_type()));
             if fits {
                 return Ok(ctx);
             }
+            tracing::info!(
+                file = path,
+                "the Parquet file's columns differ from the span schema; loading it instead"
+            );
+            tracing::debug!(file = ?schema, expected = ?SPANS_SCHEMA);
             ctx.deregister_table("spans")?;
         }
         let spans = load();
@@ -267,6 +272,23 @@ impl Engine {
             register(ctx, query.name, table.schema, table.batches)?;
         }
         Ok(())
+    }
+}
+
+/// True when `read` (a Parquet file's type as DataFusion reads it) holds what `expected`
+/// (the span schema's) does: DataFusion reads Parquet strings as `Utf8View`, which answers
+/// every query as `Utf8` does.
+fn same_type(read: &DataType, expected: &DataType) -> bool {
+    match (read, expected) {
+        (DataType::Utf8View, DataType::Utf8) => true,
+        (DataType::Map(a, _), DataType::Map(b, _)) => same_type(a.data_type(), b.data_type()),
+        (DataType::Struct(a), DataType::Struct(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b.iter())
+                    .all(|(a, b)| a.name() == b.name() && same_type(a.data_type(), b.data_type()))
+        }
+        _ => read == expected,
     }
 }
 
