@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The issue-6 benchmark in one run: decode floor, rotel-agent pass-through, stormglass serve
+# with full analytics, and stormglass analyze/query against DuckDB on 10 M spans of Parquet.
+# Writes the ratio table to benches/latest.md (the README shows it) and prints it.
+#
+#   bash benches/run.sh                      # defaults: 20 s per server, 64 in flight
+#   DURATION=30s SPANS=2000000 bash benches/run.sh
+#
+# Installs what it needs when missing: rotel-agent from PyPI's `rotel` wheel and DuckDB in a
+# virtualenv, both under $BENCH_CACHE. Builds the release binary into $CARGO_TARGET_DIR.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${BENCH_CACHE:-/var/cache/stormglass/bench}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stormglass/release-target}
+mkdir -p "$cache"
+
+cargo build --release --bin stormglass --manifest-path "$root/Cargo.toml"
+stormglass=$CARGO_TARGET_DIR/release/stormglass
+
+rotel=$cache/rotel/rotel/rotel-agent
+if [ ! -x "$rotel" ]; then
+  rm -rf "$cache/wheel" "$cache/rotel"
+  python3 -m pip download --quiet --no-deps --pre rotel -d "$cache/wheel"
+  python3 -m zipfile -e "$cache"/wheel/rotel-*.whl "$cache/rotel"
+  chmod +x "$rotel"
+fi
+python=$cache/venv/bin/python
+if ! "$python" -c 'import duckdb' 2>/dev/null; then
+  python3 -m venv "$cache/venv"
+  "$python" -m pip install --quiet duckdb
+fi
+echo "rotel-agent: $("$rotel" --version 2>&1 | head -1); duckdb $("$python" -c 'import duckdb; print(duckdb.__version__)')" >&2
+
+spans=${SPANS:-10000000}
+exec python3 "$root/benches/run.py" \
+  --stormglass "$stormglass" --rotel "$rotel" --python "$python" \
+  --parquet "$cache/spans-$spans.parquet" --spans "$spans" \
+  --duration "${DURATION:-20s}" --concurrency "${CONCURRENCY:-64}" \
+  --out "${OUT:-$root/benches/latest.md}"
