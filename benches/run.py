@@ -38,8 +38,8 @@ WITH attempts AS (
          COALESCE(c.attempt, 0) AS attempt, c.outcome
   FROM spans c
   LEFT JOIN spans s
-    ON s.trace_id = c.trace_id AND s.parent_span_id = c.span_id AND s.kind = 'SERVER'
-  WHERE c.kind = 'CLIENT'
+    ON s.trace_id = c.trace_id AND s.parent_span_id = c.span_id AND s.kind = 'server'
+  WHERE c.kind = 'client'
 ), calls AS (
   SELECT caller, callee, operation, COUNT(*) AS attempts,
          SUM(CASE WHEN outcome = 'ok' THEN 1 ELSE 0 END) AS ok_attempts,
@@ -63,7 +63,7 @@ SELECT service_name AS service, COUNT(*) AS spans,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ns) AS p99_ns,
        percentile_cont(0.999) WITHIN GROUP (ORDER BY duration_ns) AS p999_ns
 FROM spans
-WHERE kind = 'SERVER'
+WHERE kind = 'server'
 GROUP BY service_name
 ORDER BY service_name
 """
@@ -72,6 +72,7 @@ DUCKDB_RUNNER = """
 import json, sys, time, duckdb
 path, sql = sys.argv[1], sys.stdin.read()
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
 con.execute(f"CREATE VIEW spans AS SELECT * FROM read_parquet('{path}')")
 rows = con.execute(sql).fetchall()
 cols = [d[0] for d in con.description]
@@ -240,8 +241,11 @@ def bench_sql(sg, python, parquet, args):
         ours, ours_out = timed([sg, "query", sql, "--from", parquet, "--format", "json"],
                                runs=args.runs)
         duck, duck_out = timed([python, "-c", DUCKDB_RUNNER, parquet], stdin=sql, runs=args.runs)
-        results[name] = dict(ours=ours, duckdb=duck,
-                             same=same_rows(json.loads(ours_out), json.loads(duck_out)))
+        ours_rows, duck_rows = json.loads(ours_out), json.loads(duck_out)
+        if not ours_rows:
+            raise SystemExit(f"the {name} query returned no rows: the comparison would be empty")
+        results[name] = dict(ours=ours, duckdb=duck, rows=len(ours_rows),
+                             same=same_rows(ours_rows, duck_rows))
     started = time.perf_counter()
     subprocess.run([sg, "analyze", parquet, "--format", "json"], check=True,
                    stdout=subprocess.DEVNULL)
