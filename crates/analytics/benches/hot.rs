@@ -8,6 +8,10 @@
 
 #![allow(clippy::expect_used)] // a bench binary: failing loudly is the point
 
+// The allocator the `stormglass` binary runs with, so the figures are the collector's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::Duration;
 
 use arrow::array::RecordBatch;

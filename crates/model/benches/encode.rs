@@ -7,6 +7,10 @@
 
 #![allow(clippy::expect_used)] // a bench binary: failing loudly is the point
 
+// The allocator the `stormglass` binary runs with, so the figures are the collector's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
