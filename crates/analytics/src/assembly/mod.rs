@@ -14,6 +14,7 @@
 //! late. Accounting at any quiet moment: accepted = released + late + open.
 
 mod config;
+mod ids;
 mod metrics;
 
 use std::collections::{HashMap, HashSet};
@@ -30,6 +31,7 @@ pub use config::AssemblyConfig;
 pub use metrics::{AssemblyMetrics, ReleaseReason};
 
 use crate::sink::{ReleasedTraces, TraceSink};
+use ids::TraceIdHash;
 
 type TraceId = [u8; 16];
 type BatchId = u64;
@@ -46,12 +48,12 @@ pub struct Assembly {
 struct State {
     batches: HashMap<BatchId, StoredBatch>,
     next_batch: BatchId,
-    traces: HashMap<TraceId, OpenTrace>,
+    traces: HashMap<TraceId, OpenTrace, TraceIdHash>,
     open_spans: usize,
     /// Arrow memory of the stored batches.
     batch_bytes: usize,
     /// Released trace ids in two generations; the older is forgotten on rotation.
-    released: [HashSet<TraceId>; 2],
+    released: [HashSet<TraceId, TraceIdHash>; 2],
     rotated_at: Option<Instant>,
 }
 
