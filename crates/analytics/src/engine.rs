@@ -194,39 +194,40 @@ impl Engine {
             .collect())
     }
 
-    /// A session with only the `spans` table: what a query that reads nothing else needs.
-    /// With one Parquet file of the span schema, DataFusion scans the file itself (only the
-    /// columns and row groups the query needs); otherwise `load` gives the spans.
-    pub async fn spans_context(
-        parquet: Option<&std::path::Path>,
-        load: impl FnOnce() -> RecordBatch,
-    ) -> Result<SessionContext, DataFusionError> {
+    /// A session with only `spans`, scanned by DataFusion from one Parquet file (only the
+    /// columns and row groups a query needs), or `None` when the file's columns are not
+    /// the span schema's.
+    pub async fn parquet_spans_context(
+        path: &std::path::Path,
+    ) -> Result<Option<SessionContext>, DataFusionError> {
+        let Some(path) = path.to_str() else {
+            return Ok(None);
+        };
         let ctx = Self::session();
-        if let Some(path) = parquet.and_then(|p| p.to_str()) {
-            let options = datafusion::prelude::ParquetReadOptions::default();
-            ctx.register_parquet("spans", path, options).await?;
-            let schema = ctx.table("spans").await?.schema().as_arrow().clone();
-            let fits = schema.fields().len() == SPANS_SCHEMA.fields().len()
-                && schema
-                    .fields()
-                    .iter()
-                    .zip(SPANS_SCHEMA.fields())
-                    .all(|(a, b)| a.name() == b.name() && same_type(a.data_type(), b.data_type()));
-            if fits {
-                return Ok(ctx);
-            }
-            tracing::info!(
-                file = path,
-                "the Parquet file's columns differ from the span schema; loading it instead"
-            );
-            tracing::debug!(file = ?schema, expected = ?SPANS_SCHEMA);
-            ctx.deregister_table("spans")?;
+        let options = datafusion::prelude::ParquetReadOptions::default();
+        ctx.register_parquet("spans", path, options).await?;
+        let schema = ctx.table("spans").await?.schema().as_arrow().clone();
+        let fits = schema.fields().len() == SPANS_SCHEMA.fields().len()
+            && schema
+                .fields()
+                .iter()
+                .zip(SPANS_SCHEMA.fields())
+                .all(|(a, b)| a.name() == b.name() && same_type(a.data_type(), b.data_type()));
+        if fits {
+            return Ok(Some(ctx));
         }
-        let spans = load();
-        ctx.register_table(
-            "spans",
-            Arc::new(MemTable::try_new(spans.schema(), vec![vec![spans]])?),
-        )?;
+        tracing::info!(
+            file = path,
+            "the Parquet file's columns differ from the span schema; loading it instead"
+        );
+        tracing::debug!(file = ?schema, expected = ?SPANS_SCHEMA);
+        Ok(None)
+    }
+
+    /// A session with only `spans`: what a query that reads nothing else needs.
+    pub fn spans_context(spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
+        let ctx = Self::session();
+        register(&ctx, "spans", spans.schema(), vec![spans])?;
         Ok(ctx)
     }
 

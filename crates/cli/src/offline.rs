@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use arrow::array::RecordBatch;
 use stormglass_analytics::files::{self, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
 use stormglass_analytics::{Engine, engine};
@@ -78,21 +77,18 @@ pub async fn query(
     let ctx = if tables.iter().all(|t| t == "spans") {
         // Nothing derived is read: skip the analysis, and let DataFusion scan one Parquet
         // file directly, reading only the columns the query needs.
-        let parquet = match paths {
-            [one] if one.extension().is_some_and(|e| e == "parquet") => Some(one.as_path()),
+        let direct = match paths {
+            [one] if one.extension().is_some_and(|e| e == "parquet") => {
+                Engine::parquet_spans_context(one)
+                    .await
+                    .context("cannot read the spans")?
+            }
             _ => None,
         };
-        let mut loaded = Ok(());
-        let ctx = Engine::spans_context(parquet, || {
-            load(paths).unwrap_or_else(|e| {
-                loaded = Err(e);
-                RecordBatch::new_empty(stormglass_model::SPANS_SCHEMA.clone())
-            })
-        })
-        .await
-        .context("cannot read the spans")?;
-        loaded?;
-        ctx
+        match direct {
+            Some(ctx) => ctx,
+            None => Engine::spans_context(load(paths)?).context("cannot read the spans")?,
+        }
     } else {
         engine
             .query_context(load(paths)?)
