@@ -169,4 +169,10 @@ fn spans_only_query_scans_parquet_without_analysing() {
     assert!(analysed);
     assert_eq!(direct, full);
     assert_eq!(direct.as_array().unwrap().len(), 4, "{direct}");
+    // DataFusion's own Parquet scan reads strings as Utf8View; a loaded batch has Utf8.
+    let (types, _) = query("SELECT DISTINCT arrow_typeof(service_name) AS t FROM spans");
+    assert_eq!(
+        types[0]["t"], "Utf8View",
+        "the file was loaded, not scanned: {types}"
+    );
 }
