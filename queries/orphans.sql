@@ -2,9 +2,10 @@
 -- ended in `deadline` or `cancelled`, and its callee SERVER span (child of the attempt)
 -- that either ended more than orphans.grace_ms after the attempt, or reports
 -- ctx_cancelled together with a pending state, or was never received although the callee
--- is instrumented (it sent SERVER spans in this data).
+-- is instrumented (it sent SERVER spans in this data, or earlier in the live window:
+-- `window_servers`, empty offline).
 --
--- Inputs: attempts, spans, params.
+-- Inputs: attempts, spans, window_servers, params.
 -- work_after_cancel_ms: max(0, server end - client end), null when the server span is missing.
 -- server_outcome: `pending` (missing, or reports pending), `ok`, or `failed`.
 --
@@ -12,6 +13,8 @@
 --   client_outcome, work_after_cancel_ms, server_outcome
 WITH instrumented AS (
   SELECT DISTINCT service_name AS service FROM spans WHERE kind = 'server'
+  UNION
+  SELECT service FROM window_servers
 )
 SELECT a.trace_id, a.span_id AS client_span_id, a.server_span_id, a.caller, a.callee,
   a.operation, a.outcome AS client_outcome,

@@ -9,6 +9,19 @@ use serde_json::Value;
 
 /// A short, small load run against `endpoint`, as JSON.
 fn load(protocol: &str, endpoint: &str, pid: u32, extra: &[&str]) -> Value {
+    load_with(protocol, endpoint, pid, "1s", "4", "100", extra)
+}
+
+/// A load run of `duration` with `concurrency` requests in flight, as JSON.
+fn load_with(
+    protocol: &str,
+    endpoint: &str,
+    pid: u32,
+    duration: &str,
+    concurrency: &str,
+    spans_per_request: &str,
+    extra: &[&str],
+) -> Value {
     let pid = pid.to_string();
     let mut args = vec![
         "load",
@@ -17,11 +30,11 @@ fn load(protocol: &str, endpoint: &str, pid: u32, extra: &[&str]) -> Value {
         "--endpoint",
         endpoint,
         "--duration",
-        "1s",
+        duration,
         "--concurrency",
-        "4",
+        concurrency,
         "--spans-per-request",
-        "100",
+        spans_per_request,
         "--payloads",
         "3",
         "--pid",
@@ -175,4 +188,179 @@ fn spans_only_query_scans_parquet_without_analysing() {
         types[0]["t"], "Utf8View",
         "the file was loaded, not scanned: {types}"
     );
+}
+
+/// The budget the overload tests give the collector, and what the process may hold beside
+/// it (code, runtimes and threads, DataFusion's sessions, allocator slack): the README's
+/// "Memory" section documents the same overhead.
+const BUDGET_MIB: u64 = 32;
+const OVERHEAD_MIB: u64 = 160;
+
+/// Peak resident memory of a process so far (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// The accounting identity at a quiet moment: every accepted span is analysed, late or
+/// still open (nothing waits between assembly and analysis).
+fn accounted(s: &Server) -> bool {
+    let accepted = s.metric("stormglass_receiver_accepted_spans_total", &[]);
+    let analysed = s.metric("stormglass_analysis_spans_total", &[]);
+    let late = s.metric("stormglass_assembly_late_spans_total", &[]);
+    let open = s.metric("stormglass_assembly_spans", &[]);
+    accepted > 0.0 && accepted == analysed + late + open
+}
+
+fn assert_within_budget(server: &Server) {
+    let peak = peak_rss(server.pid());
+    let bound = (BUDGET_MIB + OVERHEAD_MIB) << 20;
+    assert!(
+        peak <= bound,
+        "peak RSS {} MiB over budget {BUDGET_MIB} MiB + overhead {OVERHEAD_MIB} MiB",
+        peak >> 20
+    );
+}
+
+/// A collector with the tests' small budget, 1 s intervals and `extra` settings.
+fn small_budget_server(extra: &[(&str, &str)]) -> Server {
+    let budget = format!("{BUDGET_MIB}MiB");
+    let mut env = vec![
+        ("RUST_LOG", "warn"),
+        ("STORMGLASS_LIMITS__MEMORY", budget.as_str()),
+        ("STORMGLASS_LIMITS__MAX_REQUEST_BYTES", "4194304"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
+    ];
+    env.extend_from_slice(extra);
+    Server::start(&env)
+}
+
+/// Overload: load faster than a small memory budget can hold. Receivers refuse, always
+/// retryably (UNAVAILABLE, never a failure or a rejection); peak RSS stays under the budget
+/// plus the documented overhead; once the load stops, accepted = analysed + late + open
+/// exactly; and the collector then accepts and analyses a new load in full.
+#[test]
+fn overload_stays_within_the_memory_budget() {
+    let server = small_budget_server(&[("STORMGLASS_ASSEMBLY__IDLE", "3s")]);
+    let mut refused = 0.0;
+    // Bounded: at most 8 one-second bursts, stopping at the first that is refused.
+    for _ in 0..8 {
+        let report = load_with("grpc", &server.grpc, server.pid(), "1s", "16", "500", &[]);
+        for field in ["rejected_spans", "failed_spans"] {
+            assert_eq!(report[field], 0, "{report}");
+        }
+        refused = report["refused_spans"].as_f64().unwrap();
+        if refused > 0.0 {
+            assert!(
+                report["first_error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("navailable"),
+                "{report}"
+            );
+            break;
+        }
+    }
+    assert!(refused > 0.0, "the load never reached the budget");
+    let by_memory = server.metric(
+        "stormglass_receiver_refused_requests_total",
+        &["reason=\"memory_limit\""],
+    ) + server.metric(
+        "stormglass_receiver_refused_spans_total",
+        &["reason=\"memory_limit\""],
+    );
+    assert!(by_memory > 0.0, "refusals are counted by reason");
+    assert_within_budget(&server);
+
+    server.wait_until("every accepted span released and analysed", |s| {
+        accounted(s) && s.metric("stormglass_assembly_spans", &[]) == 0.0
+    });
+    let analysed = server.metric("stormglass_analysis_spans_total", &[]);
+    let report = load_with("http", &server.http, server.pid(), "1s", "1", "100", &[]);
+    assert_eq!(report["refused_spans"], 0, "recovered: {report}");
+    server.wait_until("the second load analysed", |s| {
+        accounted(s) && s.metric("stormglass_analysis_spans_total", &[]) > analysed
+    });
+    assert_within_budget(&server);
+}
+
+/// Lag: with the analysis made slow on purpose (every chunk takes 2 s), released spans
+/// queue up until the budget is full; then the receivers refuse (memory_limit), /readyz
+/// says not ready, and the process does not grow past the budget.
+#[test]
+fn slow_analysis_makes_receivers_refuse() {
+    let server = small_budget_server(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_TEST_FAULTS", "analysis_delay=2s"),
+    ]);
+    let (grpc, pid) = (server.grpc.clone(), server.pid());
+    let loader = std::thread::spawn(move || load_with("grpc", &grpc, pid, "5s", "8", "500", &[]));
+    let ready = format!("http://{}/readyz", server.api);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut not_ready = false;
+    while !loader.is_finished() && std::time::Instant::now() < deadline {
+        if common::get(&ready).0 == 503 {
+            not_ready = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let report = loader.join().unwrap();
+    assert!(not_ready, "/readyz never said not ready: {report}");
+    assert!(report["refused_spans"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["failed_spans"], 0, "{report}");
+    assert!(
+        server.metric("stormglass_analysis_pending_spans", &[]) > 0.0,
+        "spans wait for the slow analysis"
+    );
+    assert_within_budget(&server);
+}
+
+/// A panic inside the analysis is caught: counted in
+/// stormglass_internal_errors_total{task="analysis"}, /healthz answers 503 naming the task
+/// while the receivers keep serving, the chunk's spans still count as analysed, and
+/// /healthz recovers once a chunk is analysed again.
+#[test]
+fn analysis_panic_fails_healthz_until_it_recovers() {
+    use prost::Message;
+    use stormglass_model::testing::{request, span};
+    let server = Server::start(&[
+        ("RUST_LOG", "warn"),
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "500ms"),
+        ("STORMGLASS_TEST_FAULTS", "analysis_panics=1"),
+    ]);
+    let post = |trace: u8| {
+        let body =
+            request(vec![("svc", vec![span(trace, 1, "op", 2, 0, 5, vec![])])]).encode_to_vec();
+        let response = reqwest::blocking::Client::new()
+            .post(format!("http://{}/v1/traces", server.http))
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    };
+    let healthz = format!("http://{}/healthz", server.api);
+    assert_eq!(common::get(&healthz).0, 200);
+    post(1);
+    server.wait_until("the injected panic", |s| {
+        s.metric("stormglass_internal_errors_total", &["task=\"analysis\""]) == 1.0
+    });
+    let (status, body) = common::get(&healthz);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("analysis") && body.contains("injected"),
+        "{body}"
+    );
+    server.wait_until("the failed chunk accounted", accounted);
+    post(2);
+    server.wait_until("/healthz recovered", |_| common::get(&healthz).0 == 200);
+    assert_eq!(server.metric("stormglass_internal_errors_total", &[]), 1.0);
 }

@@ -134,9 +134,10 @@ fn sigterm_releases_open_traces() {
     assert!(stderr.contains("assembly drained open_spans=0"), "{stderr}");
 }
 
-/// Over assembly.max_spans: exporters are told to retry and /readyz reports not ready.
+/// Over assembly.max_spans: exporters are told to retry, /readyz reports not ready, and the
+/// refusal is counted under its own reason.
 #[test]
-fn memory_bound_is_retryable_and_visible() {
+fn span_bound_is_retryable_and_visible() {
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__MAX_SPANS", "3"),
         ("STORMGLASS_ASSEMBLY__IDLE", "1h"),
@@ -171,7 +172,7 @@ fn memory_bound_is_retryable_and_visible() {
     assert_eq!(
         server.metric(
             "stormglass_receiver_refused_spans_total",
-            &["reason=\"memory_limit\""]
+            &["reason=\"max_spans\""]
         ),
         4.0
     );

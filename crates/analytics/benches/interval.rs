@@ -238,13 +238,12 @@ fn main() {
     let window: Vec<_> = (0..30).map(|_| partials.clone()).collect();
     let started = Instant::now();
     let report = runtime
-        .block_on(Report::build(
-            &engine,
-            &window,
-            WindowBounds::default(),
-            &AlertThresholds::default(),
-        ))
+        .block_on(Report::build(&engine, &window, WindowBounds::default()))
         .expect("report");
+    std::hint::black_box(stormglass_analytics::alerts::evaluate(
+        &report,
+        &AlertThresholds::default(),
+    ));
     let merge = started.elapsed();
 
     println!("spans analysed in one interval      {rows}");

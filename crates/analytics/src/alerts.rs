@@ -26,18 +26,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+pub use crate::report::Alert;
 use crate::report::Report;
-
-/// One alert whose condition holds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Alert {
-    pub name: String,
-    pub severity: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
-}
 
 /// `alerts.*` thresholds, defaults from METRICS.md.
 #[derive(Clone, Debug, PartialEq, Deserialize)]

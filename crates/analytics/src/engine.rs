@@ -10,12 +10,13 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Float64Array, RecordBatch};
+use arrow::array::{Float64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use stormglass_model::SPANS_SCHEMA;
 
@@ -106,31 +107,99 @@ impl Partials {
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
     }
+
+    /// The partials of several chunks as one: every partial is mergeable by union (the
+    /// report sums or de-duplicates, as it does across a window's intervals), so this only
+    /// collects the batches. `None` for no chunks.
+    pub fn concat(chunks: Vec<Partials>) -> Option<Partials> {
+        let mut chunks = chunks.into_iter();
+        let mut merged = chunks.next()?;
+        for chunk in chunks {
+            for ((_, into), (_, from)) in merged.tables.iter_mut().zip(chunk.tables) {
+                into.batches.extend(from.batches);
+            }
+            merged.spans += chunk.spans;
+            merged.traces += chunk.traces;
+            merged.span_range = match (merged.span_range, chunk.span_range) {
+                (Some((a0, a1)), Some((b0, b1))) => Some((a0.min(b0), a1.max(b1))),
+                (a, b) => a.or(b),
+            };
+        }
+        Some(merged)
+    }
+
+    /// Arrow memory held by the partial tables.
+    pub fn memory_bytes(&self) -> usize {
+        self.tables
+            .iter()
+            .flat_map(|(_, t)| &t.batches)
+            .map(RecordBatch::get_array_memory_size)
+            .sum()
+    }
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct Engine {
     pub params: Params,
+    /// DataFusion's memory pool for one analysis (bytes); unbounded when `None` (offline).
+    pub memory_limit: Option<usize>,
 }
 
 impl Engine {
     pub fn new(params: Params) -> Self {
-        Engine { params }
+        Engine {
+            params,
+            memory_limit: None,
+        }
+    }
+
+    /// Bound what DataFusion's operators (joins, aggregations, sorts) may hold at once:
+    /// live, the analysis's share of `limits.memory`.
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
     }
 
     fn session() -> SessionContext {
+        Self::session_with_limit(None)
+    }
+
+    fn session_with_limit(memory_limit: Option<usize>) -> SessionContext {
         // Two partitions: the batches analysed are one interval's, and the machines small.
         let config = SessionConfig::new()
             .with_target_partitions(2)
             .with_information_schema(true);
-        let ctx = SessionContext::new_with_config(config);
+        let runtime = memory_limit.and_then(|bytes| {
+            datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+                .with_memory_limit(bytes, 1.0)
+                .build_arc()
+                .inspect_err(|e| tracing::error!(error = %e, "no DataFusion memory pool"))
+                .ok()
+        });
+        let ctx = match runtime {
+            Some(runtime) => SessionContext::new_with_config_rt(config, runtime),
+            None => SessionContext::new_with_config(config),
+        };
         histogram::register(&ctx);
         ctx
     }
 
     /// A session over `spans` with `lineage`, `params` and every derived table registered.
     pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
-        let ctx = Self::session();
+        self.derive_in_window(spans, &[]).await
+    }
+
+    /// [`Engine::derive`] for one chunk of a live window: `servers` are the services that
+    /// sent SERVER spans earlier in the window (the `window_servers` table), so a callee is
+    /// instrumented or not for the whole window, not per chunk.
+    pub async fn derive_in_window(
+        &self,
+        spans: RecordBatch,
+        servers: &[String],
+    ) -> Result<SessionContext, AnalysisError> {
+        let ctx = Self::session_with_limit(self.memory_limit);
+        let servers = window_servers(servers);
+        register(&ctx, "window_servers", servers.schema(), vec![servers])?;
         let started = std::time::Instant::now();
         let lineage = lineage(&spans);
         let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -168,7 +237,16 @@ impl Engine {
 
     /// Derive and aggregate one batch of spans.
     pub async fn analyse(&self, spans: RecordBatch) -> Result<Partials, AnalysisError> {
-        let ctx = self.derive(spans).await?;
+        self.analyse_in_window(spans, &[]).await
+    }
+
+    /// Derive and aggregate one chunk of a live window (see [`Engine::derive_in_window`]).
+    pub async fn analyse_in_window(
+        &self,
+        spans: RecordBatch,
+        servers: &[String],
+    ) -> Result<Partials, AnalysisError> {
+        let ctx = self.derive_in_window(spans, servers).await?;
         self.partials(&ctx).await
     }
 
@@ -293,6 +371,41 @@ fn same_type(read: &DataType, expected: &DataType) -> bool {
     }
 }
 
+/// Rows of a table as `T`, via Arrow's JSON writer (nulls kept, so `Option` fields see them).
+pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+    let mut buffer = Vec::new();
+    {
+        let mut writer = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
+        for batch in &table.batches {
+            if let Err(e) = writer.write(batch) {
+                unreachable!("tables read this way hold only JSON-representable types: {e}");
+            }
+        }
+        if let Err(e) = writer.finish() {
+            unreachable!("finishing a JSON array cannot fail on a Vec: {e}");
+        }
+    }
+    if buffer.is_empty() {
+        return Vec::new();
+    }
+    match serde_json::from_slice(&buffer) {
+        Ok(rows) => rows,
+        Err(e) => unreachable!("rows follow their query's header contract: {e}"),
+    }
+}
+
+/// The `window_servers` table: one `service` per row.
+fn window_servers(servers: &[String]) -> RecordBatch {
+    let schema = Schema::new(vec![Field::new("service", DataType::Utf8, false)]);
+    let column = StringArray::from_iter_values(servers);
+    match RecordBatch::try_new(Arc::new(schema), vec![Arc::new(column)]) {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("one string column matches its schema: {e}"),
+    }
+}
+
 /// Run one registered query to completion.
 pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisError> {
     let failed = |source| AnalysisError::Query {
@@ -391,6 +504,6 @@ async fn span_range(ctx: &SessionContext) -> Result<Option<(i64, i64)>, Analysis
         },
     )
     .await?;
-    let rows: Vec<Range> = crate::report::rows(&table);
+    let rows: Vec<Range> = rows(&table);
     Ok(rows.first().and_then(|r| r.start.zip(r.end)))
 }

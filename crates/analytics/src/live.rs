@@ -1,26 +1,44 @@
-//! Live analysis: the [`TraceSink`] that assembly releases complete traces to.
+//! Live analysis: the [`TraceSink`] that assembly releases complete traces to, and the
+//! worker that analyses them as a stream of bounded chunks.
 //!
-//! Released batches wait in `pending` until the next `analytics.interval` tick; then they
-//! are analysed together ([`Engine::analyse`]) into one interval's partial aggregates, the
-//! spans are dropped, and the partials join the window (`analytics.window`, a queue of the
-//! last intervals' partials). The report is rebuilt from the merged window after every
-//! interval, so cost follows the span rate, not the window length.
+//! Data flow: released traces wait in a queue, their memory still reserved against the
+//! budget. The worker ([`LiveAnalysis::spawn`], its own thread and runtime, so receivers
+//! keep answering while it works) takes a chunk as soon as a chunk's worth of bytes is
+//! queued (at most [`LiveAnalysis::chunk_bytes`], a fraction of the analysis's share of the
+//! budget) and analyses it ([`Engine::analyse_in_window`]) into partial aggregates; at each
+//! `analytics.interval` tick it analyses what is left, and the interval's partials (the
+//! union of its chunks', exactly what one big batch would give, since every partial is
+//! mergeable) join the window. The report is rebuilt from the merged window after every
+//! interval, so cost follows the span rate, not the window length. Spans are dropped, and
+//! their memory returned, as soon as their chunk is analysed.
+//!
+//! When analysis is slower than ingest, the queue holds its reservations, the budget
+//! fills, and the receivers refuse retryably: memory stays bounded and exporters back off.
+//!
+//! A chunk whose analysis fails or panics is caught: counted in
+//! `stormglass_analysis_failures_total` and `stormglass_internal_errors_total{task="analysis"}`,
+//! `/healthz` fails until a chunk succeeds again, and its spans count as analysed (they
+//! left assembly) but add nothing to the figures; the other chunks of the interval still
+//! do, so counters stay consistent with the report.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
 use serde::Deserialize;
-use stormglass_model::SPANS_SCHEMA;
-use tokio::sync::watch;
+use stormglass_assembly::duration;
+use stormglass_assembly::{ReleasedTraces, TraceSink};
+use stormglass_ingest::health::panic_message;
+use stormglass_ingest::{Health, MemoryBudget, Reservation};
+use stormglass_model::{SPANS_SCHEMA, schema};
+use tokio::sync::{Notify, watch};
 
-use crate::alerts::AlertThresholds;
-use crate::duration;
+use crate::alerts::{self, AlertThresholds};
 use crate::engine::{AnalysisError, Engine, Partials};
 use crate::report::{Report, WindowBounds};
-use crate::sink::{ReleasedTraces, TraceSink};
 
 /// `analytics.*` configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -62,12 +80,47 @@ impl AnalyticsConfig {
     }
 }
 
+/// Faults injected on purpose, for tests of the live path (`STORMGLASS_TEST_FAULTS`):
+/// never set in production.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Panic inside the analysis of this many chunks.
+    pub panics: AtomicUsize,
+    /// Make every chunk's analysis take at least this long (a slow analysis).
+    pub delay: Duration,
+}
+
+impl Faults {
+    /// Parse `analysis_panics=N,analysis_delay=DURATION`.
+    pub fn parse(text: &str) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item:?}: write key=value"))?;
+            match key {
+                "analysis_panics" => {
+                    let n = value.parse().map_err(|e| format!("{item:?}: {e}"))?;
+                    faults.panics = AtomicUsize::new(n);
+                }
+                "analysis_delay" => {
+                    faults.delay =
+                        humantime::parse_duration(value).map_err(|e| format!("{item:?}: {e}"))?;
+                }
+                other => return Err(format!("unknown fault {other:?}")),
+            }
+        }
+        Ok(faults)
+    }
+}
+
 /// Analysis self-metrics.
 #[derive(Clone)]
 pub struct AnalysisMetrics {
     spans: IntCounter,
     pending: IntGauge,
     duration: Histogram,
+    chunk_duration: Histogram,
     failures: IntCounter,
 }
 
@@ -79,27 +132,36 @@ impl AnalysisMetrics {
         )?;
         let pending = IntGauge::new(
             "stormglass_analysis_pending_spans",
-            "Released spans waiting for the next analysis interval.",
+            "Released spans waiting for analysis.",
         )?;
         let duration = Histogram::with_opts(
             HistogramOpts::new(
                 "stormglass_analysis_duration_seconds",
-                "Time to analyse one interval and rebuild the window's report.",
+                "Time to finish one interval (its last chunks) and rebuild the window's report.",
+            )
+            .buckets(prometheus::exponential_buckets(0.005, 2.0, 14)?),
+        )?;
+        let chunk_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "stormglass_analysis_chunk_duration_seconds",
+                "Time to analyse one chunk of released traces into partial aggregates.",
             )
             .buckets(prometheus::exponential_buckets(0.005, 2.0, 14)?),
         )?;
         let failures = IntCounter::new(
             "stormglass_analysis_failures_total",
-            "Analysis intervals that failed (their spans are counted as analysed but not in the report).",
+            "Chunks or reports whose analysis failed (their spans are counted as analysed but not in the figures).",
         )?;
         registry.register(Box::new(spans.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(chunk_duration.clone()))?;
         registry.register(Box::new(failures.clone()))?;
         Ok(AnalysisMetrics {
             spans,
             pending,
             duration,
+            chunk_duration,
             failures,
         })
     }
@@ -114,7 +176,8 @@ impl AnalysisMetrics {
 
 /// Told about every analysed interval: its partials (what this interval added, for
 /// counters) and the window's new report (for gauges and alerts). Called on the analysis
-/// task, inside the runtime; slow work (network) belongs in a spawned task.
+/// thread, inside the runtime given to [`LiveAnalysis::with_runtime`] when there is one;
+/// slow work (network) belongs in a spawned task.
 pub trait IntervalObserver: Send + Sync {
     fn interval(&self, partials: &Partials, report: &Arc<Report>, now: SystemTime);
 }
@@ -123,19 +186,42 @@ struct Interval {
     start: SystemTime,
     end: SystemTime,
     partials: Arc<Partials>,
+    _reservation: Reservation,
 }
 
-/// The live analysis: a [`TraceSink`] plus the interval loop.
+/// Released traces waiting for analysis.
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<ReleasedTraces>,
+    bytes: usize,
+    spans: usize,
+}
+
+/// The interval being filled: its chunks' partials so far.
+struct Current {
+    start: SystemTime,
+    chunks: Vec<Partials>,
+}
+
+/// The live analysis: a [`TraceSink`] plus the worker.
 pub struct LiveAnalysis {
     engine: Engine,
     thresholds: AlertThresholds,
     config: AnalyticsConfig,
     metrics: AnalysisMetrics,
-    pending: Mutex<Vec<RecordBatch>>,
+    budget: MemoryBudget,
+    health: Health,
+    faults: Arc<Faults>,
+    chunk_bytes: usize,
+    queue: Mutex<Queue>,
+    wake: Notify,
+    current: tokio::sync::Mutex<Current>,
+    /// Services that sent SERVER spans, with when they were last seen (window membership).
+    servers: Mutex<BTreeMap<String, SystemTime>>,
     window: Mutex<VecDeque<Interval>>,
     latest: RwLock<Arc<Report>>,
-    interval_started: Mutex<SystemTime>,
     observers: Vec<Arc<dyn IntervalObserver>>,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl LiveAnalysis {
@@ -145,16 +231,55 @@ impl LiveAnalysis {
         config: AnalyticsConfig,
         metrics: AnalysisMetrics,
     ) -> Self {
+        Self::with_budget(
+            engine,
+            thresholds,
+            config,
+            metrics,
+            MemoryBudget::unregistered(usize::MAX / 2),
+            Health::unregistered(),
+        )
+    }
+
+    /// A live analysis inside `budget`: DataFusion's pool and the chunk size come from the
+    /// budget's analysis share; failures are reported to `health`.
+    pub fn with_budget(
+        engine: Engine,
+        thresholds: AlertThresholds,
+        config: AnalyticsConfig,
+        metrics: AnalysisMetrics,
+        budget: MemoryBudget,
+        health: Health,
+    ) -> Self {
+        let share = budget.analysis_share();
+        // A chunk's working set (lineage, derived tables) is a few times its spans; the
+        // operators' hash tables are bounded by the pool.
+        let chunk_bytes = (share / 8).clamp(1 << 20, 256 << 20);
+        let engine = if share < usize::MAX / 16 {
+            engine.with_memory_limit(share / 2)
+        } else {
+            engine
+        };
         LiveAnalysis {
             engine,
             thresholds,
             config,
             metrics,
-            pending: Mutex::new(Vec::new()),
+            budget,
+            health,
+            faults: Arc::new(Faults::default()),
+            chunk_bytes,
+            queue: Mutex::new(Queue::default()),
+            wake: Notify::new(),
+            current: tokio::sync::Mutex::new(Current {
+                start: SystemTime::now(),
+                chunks: Vec::new(),
+            }),
+            servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
             latest: RwLock::new(Arc::new(Report::default())),
-            interval_started: Mutex::new(SystemTime::now()),
             observers: Vec::new(),
+            runtime: None,
         }
     }
 
@@ -162,6 +287,30 @@ impl LiveAnalysis {
     pub fn with_observer(mut self, observer: Arc<dyn IntervalObserver>) -> Self {
         self.observers.push(observer);
         self
+    }
+
+    /// Run observers inside `runtime` (the receivers' one), so the tasks they spawn
+    /// (notifications) outlive the analysis thread's runtime.
+    pub fn with_runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Inject faults (tests of the live path only).
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = Arc::new(faults);
+        self
+    }
+
+    /// Analyse in chunks of at most `bytes` (tests; the default comes from the budget).
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes;
+        self
+    }
+
+    /// Largest chunk analysed at once, in Arrow bytes of released spans.
+    pub fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
     }
 
     /// The latest window's report.
@@ -172,45 +321,56 @@ impl LiveAnalysis {
             .clone()
     }
 
-    /// Analyse what was released since the last interval, ending the interval at `now`, and
-    /// rebuild the window's report.
+    /// Spans released and not yet analysed.
+    pub fn pending_spans(&self) -> usize {
+        self.lock_queue().spans
+    }
+
+    /// Analyse everything released so far, end the interval at `now`, and rebuild the
+    /// window's report.
     pub async fn run_interval(&self, now: SystemTime) -> Result<Arc<Report>, AnalysisError> {
         let started = Instant::now();
-        let batches = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
-        self.metrics.pending.set(0);
-        let start = std::mem::replace(
-            &mut *self
-                .interval_started
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-            now,
-        );
-        let spans = match arrow::compute::concat_batches(&SPANS_SCHEMA, &batches) {
-            Ok(batch) => batch,
-            Err(e) => unreachable!("released batches share SPANS_SCHEMA: {e}"),
+        // What was queued when the interval ended; later releases go to the next interval,
+        // so a steady stream cannot keep an interval from finishing.
+        let mut left = self.lock_queue().bytes;
+        while left > 0 {
+            match self.analyse_next(true).await {
+                Some(bytes) => left = left.saturating_sub(bytes.max(1)),
+                None => break,
+            }
+        }
+        let chunks = {
+            let mut current = self.current.lock().await;
+            let start = std::mem::replace(&mut current.start, now);
+            (start, std::mem::take(&mut current.chunks))
         };
-        drop(batches);
-        let rows = spans.num_rows() as u64;
-        let partials = match self.engine.analyse(spans).await {
-            Ok(p) => Arc::new(p),
-            Err(e) => {
-                self.metrics.failures.inc();
-                self.metrics.spans.inc_by(rows);
-                return Err(e);
+        let (start, chunks) = chunks;
+        let partials = match Partials::concat(chunks) {
+            Some(p) => p,
+            None => {
+                self.engine
+                    .analyse(RecordBatch::new_empty(SPANS_SCHEMA.clone()))
+                    .await?
             }
         };
-        self.metrics.spans.inc_by(rows);
+        let partials = Arc::new(partials);
+        let reservation = self.budget.force(partials.memory_bytes());
         let (window, bounds) = {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
             window.push_back(Interval {
                 start,
                 end: now,
                 partials: partials.clone(),
+                _reservation: reservation,
             });
             let horizon = now.checked_sub(self.config.window).unwrap_or(UNIX_EPOCH);
             while window.front().is_some_and(|i| i.end <= horizon) {
                 window.pop_front();
             }
+            self.servers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|_, seen| *seen > horizon);
             let bounds = WindowBounds {
                 start_unix_ns: window.front().map(|i| unix_ns(i.start)),
                 end_unix_ns: window.back().map(|i| unix_ns(i.end)),
@@ -218,11 +378,15 @@ impl LiveAnalysis {
             let partials: Vec<Arc<Partials>> = window.iter().map(|i| i.partials.clone()).collect();
             (partials, bounds)
         };
-        let report =
-            Arc::new(Report::build(&self.engine, &window, bounds, &self.thresholds).await?);
+        let mut report = Report::build(&self.engine, &window, bounds).await?;
+        report.alerts = alerts::evaluate(&report, &self.thresholds);
+        let report = Arc::new(report);
         *self.latest.write().unwrap_or_else(|p| p.into_inner()) = report.clone();
-        for observer in &self.observers {
-            observer.interval(&partials, &report, now);
+        {
+            let _inside = self.runtime.as_ref().map(|r| r.enter());
+            for observer in &self.observers {
+                observer.interval(&partials, &report, now);
+            }
         }
         self.metrics
             .duration
@@ -230,38 +394,227 @@ impl LiveAnalysis {
         Ok(report)
     }
 
-    /// Run an interval every `analytics.interval` until `shutdown`, then a last one.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            // The guard `wait_for` returns must not live across the other arm's await.
-            let stop = async { drop(shutdown.wait_for(|stop| *stop).await) };
-            tokio::select! {
-                _ = tick.tick() => self.interval_logged().await,
-                _ = stop => break,
+    /// Analyse the next chunk: a full one, or with `all` whatever is queued. Returns the
+    /// bytes taken from the queue, `None` when there was nothing to analyse.
+    async fn analyse_next(&self, all: bool) -> Option<usize> {
+        let (batch, reservation, spans, taken) = self.take_chunk(all)?;
+        let started = Instant::now();
+        let servers: Vec<String> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let seen = server_services(&batch);
+        let engine = self.engine.clone();
+        let faults = self.faults.clone();
+        // On its own task, so that a panic inside DataFusion or the lineage is caught.
+        let analysed = tokio::spawn(async move {
+            if !faults.delay.is_zero() {
+                tokio::time::sleep(faults.delay).await;
+            }
+            if faults
+                .panics
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                panic!("injected analysis panic (STORMGLASS_TEST_FAULTS)");
+            }
+            engine.analyse_in_window(batch, &servers).await
+        })
+        .await;
+        drop(reservation);
+        self.metrics.spans.inc_by(spans as u64);
+        match analysed {
+            Ok(Ok(partials)) => {
+                let now = SystemTime::now();
+                {
+                    let mut known = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+                    for service in seen {
+                        known.insert(service, now);
+                    }
+                }
+                self.current.lock().await.chunks.push(partials);
+                self.health.ok("analysis");
+            }
+            Ok(Err(e)) => {
+                self.metrics.failures.inc();
+                let detail = format!("{e}: {}", source_chain(&e));
+                self.health.failed("analysis", &detail);
+            }
+            Err(joined) => {
+                self.metrics.failures.inc();
+                let detail = match joined.try_into_panic() {
+                    Ok(panic) => panic_message(&*panic),
+                    Err(e) => e.to_string(),
+                };
+                self.health.failed("analysis", &detail);
             }
         }
-        self.interval_logged().await;
+        self.metrics
+            .chunk_duration
+            .observe(started.elapsed().as_secs_f64());
+        Some(taken)
+    }
+
+    /// Take queued traces up to a chunk's bytes, as one batch with its reservation: when a
+    /// whole chunk is queued, or with `all` whenever anything is.
+    fn take_chunk(&self, all: bool) -> Option<(RecordBatch, Reservation, usize, usize)> {
+        let (items, taken) = {
+            let mut queue = self.lock_queue();
+            if queue.items.is_empty() || (!all && queue.bytes < self.chunk_bytes) {
+                return None;
+            }
+            let mut items = Vec::new();
+            let mut bytes = 0;
+            while let Some(size) = queue.items.front().map(|i| i.reservation.bytes()) {
+                if !items.is_empty() && bytes + size > self.chunk_bytes {
+                    break;
+                }
+                let Some(item) = queue.items.pop_front() else {
+                    break;
+                };
+                bytes += size;
+                queue.bytes -= size;
+                queue.spans -= item.batch.num_rows();
+                items.push(item);
+            }
+            self.metrics
+                .pending
+                .set(i64::try_from(queue.spans).unwrap_or(i64::MAX));
+            (items, bytes)
+        };
+        let spans = items.iter().map(|i| i.batch.num_rows()).sum();
+        if items.len() == 1 {
+            let item = items.into_iter().next()?;
+            return Some((item.batch, item.reservation, spans, taken));
+        }
+        let batches: Vec<&RecordBatch> = items.iter().map(|i| &i.batch).collect();
+        // Bounded by the chunk size, far below Arrow's 2 GiB offsets.
+        let batch = match arrow::compute::concat_batches(&SPANS_SCHEMA, batches) {
+            Ok(batch) => batch,
+            Err(e) => unreachable!("released batches share SPANS_SCHEMA: {e}"),
+        };
+        let reservation = self.budget.force(batch.get_array_memory_size());
+        drop(items);
+        Some((batch, reservation, spans, taken))
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Start the worker on its own thread and runtime: chunks as they fill, an interval
+    /// every `analytics.interval` until `shutdown`, then a last one over everything queued.
+    pub fn spawn(
+        self: Arc<Self>,
+        shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("stormglass-analysis".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        self.health
+                            .failed("analysis", &format!("cannot start its runtime: {e}"));
+                        return;
+                    }
+                };
+                runtime.block_on(self.run(shutdown));
+            })
+    }
+
+    /// The worker loop (see [`LiveAnalysis::spawn`]).
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut next = tokio::time::Instant::now() + self.config.interval;
+        loop {
+            let stopping = *shutdown.borrow() || shutdown.has_changed().is_err();
+            if stopping || tokio::time::Instant::now() >= next {
+                self.interval_logged().await;
+                if stopping {
+                    break;
+                }
+                while next <= tokio::time::Instant::now() {
+                    next += self.config.interval;
+                }
+                continue;
+            }
+            if self.analyse_next(false).await.is_some() {
+                continue;
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep_until(next) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
         tracing::info!("ran the last analysis at shutdown");
     }
 
     async fn interval_logged(&self) {
         if let Err(e) = self.run_interval(SystemTime::now()).await {
-            tracing::error!(error = %e, source = ?std::error::Error::source(&e), "analysis interval failed");
+            self.metrics.failures.inc();
+            self.health
+                .failed("analysis", &format!("{e}: {}", source_chain(&e)));
         }
     }
 }
 
 impl TraceSink for LiveAnalysis {
     fn release(&self, traces: ReleasedTraces) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.push(traces.batch);
-        self.metrics
-            .pending
-            .set(pending.iter().map(|b| b.num_rows() as i64).sum());
+        let full = {
+            let mut queue = self.lock_queue();
+            queue.bytes += traces.reservation.bytes();
+            queue.spans += traces.batch.num_rows();
+            queue.items.push_back(traces);
+            self.metrics
+                .pending
+                .set(i64::try_from(queue.spans).unwrap_or(i64::MAX));
+            queue.bytes >= self.chunk_bytes
+        };
+        if full {
+            self.wake.notify_one();
+        }
     }
+}
+
+/// Services with a SERVER span in `batch`.
+fn server_services(batch: &RecordBatch) -> Vec<String> {
+    let (Some(kind), Some(service)) = (
+        batch
+            .column_by_name(schema::KIND)
+            .and_then(|c| c.as_string_opt::<i32>()),
+        batch
+            .column_by_name(schema::SERVICE_NAME)
+            .and_then(|c| c.as_string_opt::<i32>()),
+    ) else {
+        return Vec::new();
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for row in 0..batch.num_rows() {
+        if kind.value(row) == "server" {
+            let name = service.value(row);
+            if !seen.iter().any(|s| s == name) {
+                seen.push(name.to_owned());
+            }
+        }
+    }
+    seen
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut chain = Vec::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        chain.push(s.to_string());
+        source = s.source();
+    }
+    chain.join(": ")
 }
 
 fn unix_ns(t: SystemTime) -> i64 {

@@ -1,18 +1,26 @@
 //! The report of METRICS.md ("JSON report"), built from a window's merged partials.
 //!
 //! The figures are read from the report tables ([`crate::queries::REPORT`]) into typed rows;
-//! storm potential (a walk over the call graph, see [`storm_potential`]) and the alerts whose
-//! conditions hold ([`crate::alerts`]) are added here.
+//! storm potential (a walk over the call graph, see [`storm_potential`]) is added here. The
+//! alerts whose conditions hold are evaluated over the finished report by
+//! [`crate::alerts::evaluate`] (alerts read reports; reports do not know about alerts).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::alerts::{self, Alert, AlertThresholds};
-use crate::engine::{AnalysisError, Engine, Partials, Table, table};
+use crate::engine::{AnalysisError, Engine, Partials, rows, table};
+
+/// One alert whose condition holds (the report's `alerts`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub name: String,
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
 
 /// At most this many orphan pairs are listed (the most recent); all are counted.
 pub const MAX_LISTED_ORPHANS: usize = 100;
@@ -127,31 +135,6 @@ pub struct Report {
     pub alerts: Vec<Alert>,
 }
 
-/// Rows of a table as `T`, via Arrow's JSON writer (nulls kept, so `Option` fields see them).
-pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
-    let mut buffer = Vec::new();
-    {
-        let mut writer = arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
-        for batch in &table.batches {
-            if let Err(e) = writer.write(batch) {
-                unreachable!("report tables hold only JSON-representable types: {e}");
-            }
-        }
-        if let Err(e) = writer.finish() {
-            unreachable!("finishing a JSON array cannot fail on a Vec: {e}");
-        }
-    }
-    if buffer.is_empty() {
-        return Vec::new();
-    }
-    match serde_json::from_slice(&buffer) {
-        Ok(rows) => rows,
-        Err(e) => unreachable!("report rows follow their query's header contract: {e}"),
-    }
-}
-
 /// Window bounds: given ones (live), else the analysed spans' range (offline).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WindowBounds {
@@ -160,12 +143,12 @@ pub struct WindowBounds {
 }
 
 impl Report {
-    /// Merge `window` and build its report.
+    /// Merge `window` and build its report: every figure; `alerts` stays empty for
+    /// [`crate::alerts::evaluate`] to fill.
     pub async fn build(
         engine: &Engine,
         window: &[Arc<Partials>],
         bounds: WindowBounds,
-        thresholds: &AlertThresholds,
     ) -> Result<Report, AnalysisError> {
         let ctx = engine.merge(window).await?;
         let mut edges: Vec<EdgeFigures> = rows(&table(&ctx, "edges").await?);
@@ -226,7 +209,7 @@ impl Report {
         let start = bounds.start_unix_ns.or(range.map(|r| r.0));
         let end = bounds.end_unix_ns.or(range.map(|r| r.1));
         let seconds = start.zip(end).map(|(s, e)| (e - s).max(0) as f64 / 1e9);
-        let mut report = Report {
+        let report = Report {
             window: Window {
                 start: start.map(rfc3339),
                 end: end.map(rfc3339),
@@ -242,7 +225,6 @@ impl Report {
             findings,
             alerts: Vec::new(),
         };
-        report.alerts = alerts::evaluate(&report, thresholds);
         Ok(report)
     }
 }

@@ -27,14 +27,11 @@ fn batch(spans: &Spans) -> RecordBatch {
 async fn report(spans: &Spans) -> Report {
     let engine = Engine::default();
     let partials = Arc::new(engine.analyse(batch(spans)).await.unwrap());
-    Report::build(
-        &engine,
-        &[partials],
-        WindowBounds::default(),
-        &AlertThresholds::default(),
-    )
-    .await
-    .unwrap()
+    let mut report = Report::build(&engine, &[partials], WindowBounds::default())
+        .await
+        .unwrap();
+    report.alerts = stormglass_analytics::alerts::evaluate(&report, &AlertThresholds::default());
+    report
 }
 
 fn edge<'r>(r: &'r Report, caller: &str, callee: &str) -> &'r EdgeFigures {
@@ -351,11 +348,8 @@ async fn healthy_chain_is_quiet() {
     assert_eq!(r.traces.entry_requests, 20);
 }
 
-/// Every fixture together: the live path (traces released over several intervals, each
-/// aggregated into partials, the window merged) gives the same figures as offline analysis
-/// of all spans at once.
-#[tokio::test]
-async fn live_and_offline_agree() {
+/// Every fixture, each in its own time range.
+fn every_fixture() -> Spans {
     let mut s = Spans::default();
     fixtures::storm(&mut s, 1);
     fixtures::budgets(&mut s, 10);
@@ -364,6 +358,15 @@ async fn live_and_offline_agree() {
     fixtures::both_shapes(&mut s, 40);
     fixtures::healthy(&mut s, 50);
     fixtures::slow_tail(&mut s, 1000);
+    s
+}
+
+/// Every fixture together: the live path (traces released over several intervals, each
+/// aggregated into partials, the window merged) gives the same figures as offline analysis
+/// of all spans at once.
+#[tokio::test]
+async fn live_and_offline_agree() {
+    let s = every_fixture();
     let offline = report(&s).await;
 
     let live = LiveAnalysis::new(
@@ -372,12 +375,13 @@ async fn live_and_offline_agree() {
         AnalyticsConfig::default(),
         AnalysisMetrics::unregistered(),
     );
+    let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
     let t0 = SystemTime::now();
     let traces = s.requests_by_trace();
     for (i, chunk) in traces.chunks(97).enumerate() {
         for request in chunk {
             let (batch, _) = encode_request(&Conventions::default(), request);
-            live.release(ReleasedTraces { batch, traces: 1 });
+            live.release(ReleasedTraces::reserved(batch, 1, &budget));
         }
         live.run_interval(t0 + Duration::from_secs(10 * (i as u64 + 1)))
             .await
@@ -392,6 +396,45 @@ async fn live_and_offline_agree() {
     assert_eq!(live.layers, offline.layers);
     assert_eq!(live.entries, offline.entries);
     assert_eq!(live.traces, offline.traces);
+    assert_eq!(live.findings, offline.findings);
+    assert_eq!(live.window.spans, offline.window.spans);
+    assert_eq!(live.window.traces, offline.window.traces);
+}
+
+/// Streaming: one interval analysed as many small chunks (each a few traces) gives exactly
+/// the figures of the same spans analysed offline as one batch.
+#[tokio::test]
+async fn chunked_interval_equals_offline() {
+    let s = every_fixture();
+    let offline = report(&s).await;
+
+    let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
+    let live = LiveAnalysis::new(
+        Engine::default(),
+        AlertThresholds::default(),
+        AnalyticsConfig::default(),
+        AnalysisMetrics::unregistered(),
+    )
+    .with_chunk_bytes(64 << 10);
+    let traces = s.requests_by_trace();
+    let mut bytes = 0;
+    for request in &traces {
+        let (batch, _) = encode_request(&Conventions::default(), request);
+        bytes += batch.get_array_memory_size();
+        live.release(ReleasedTraces::reserved(batch, 1, &budget));
+    }
+    assert!(
+        bytes > 20 * live.chunk_bytes(),
+        "{bytes} bytes make many chunks"
+    );
+    live.run_interval(SystemTime::now()).await.unwrap();
+    assert_eq!(budget.used(), 0, "analysed spans return their memory");
+    let live = live.report();
+    assert_eq!(live.edges, offline.edges);
+    assert_eq!(live.layers, offline.layers);
+    assert_eq!(live.entries, offline.entries);
+    assert_eq!(live.traces, offline.traces);
+    assert_eq!(live.orphans, offline.orphans);
     assert_eq!(live.findings, offline.findings);
     assert_eq!(live.window.spans, offline.window.spans);
     assert_eq!(live.window.traces, offline.window.traces);

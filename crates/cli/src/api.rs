@@ -1,6 +1,7 @@
 //! The API server: `/metrics` (Prometheus text exposition of the process registry),
-//! `/healthz` (the process is up), `/readyz` (it is accepting spans: receivers bound and
-//! assembly under its memory bound) and `/api/v1/report` (the latest window's report, the
+//! `/healthz` (the process is up and none of its tasks is failing: 503 naming the task
+//! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
+//! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
 //! JSON of METRICS.md), `/api/v1/alerts` (the built-in evaluator's pending and firing
 //! alerts).
 
@@ -13,8 +14,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
-use stormglass_analytics::{Assembly, LiveAnalysis};
+use stormglass_analytics::LiveAnalysis;
+use stormglass_assembly::Assembly;
 use stormglass_export::AlertEvaluator;
+use stormglass_ingest::Health;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -24,6 +27,7 @@ struct ApiState {
     assembly: Arc<Assembly>,
     analysis: Arc<LiveAnalysis>,
     evaluator: Arc<AlertEvaluator>,
+    health: Health,
 }
 
 pub fn router(
@@ -31,10 +35,11 @@ pub fn router(
     assembly: Arc<Assembly>,
     analysis: Arc<LiveAnalysis>,
     evaluator: Arc<AlertEvaluator>,
+    health: Health,
 ) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
         .route("/api/v1/report", get(report))
         .route("/api/v1/alerts", get(alerts))
@@ -43,7 +48,20 @@ pub fn router(
             assembly,
             analysis,
             evaluator,
+            health,
         })
+}
+
+async fn healthz(State(state): State<ApiState>) -> Response {
+    let failing = state.health.failing();
+    if failing.is_empty() {
+        return (StatusCode::OK, "ok\n").into_response();
+    }
+    let mut body = String::from("unhealthy:\n");
+    for (task, detail) in failing {
+        body.push_str(&format!("  {task}: {detail}\n"));
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }
 
 async fn report(State(state): State<ApiState>) -> Response {
@@ -106,7 +124,7 @@ async fn ready(State(state): State<ApiState>) -> Response {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: assembly is at assembly.max_spans; exporters are being asked to retry\n",
+            "not ready: at assembly.max_spans or the memory budget (limits.memory); exporters are being asked to retry\n",
         )
             .into_response()
     }

@@ -13,15 +13,21 @@ use std::path::Path;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use stormglass_analytics::{AlertThresholds, AnalyticsConfig, AssemblyConfig, Params};
+use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params};
+use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
 
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";
 
 /// `STORMGLASS_*` variables that are switches of the tools, not configuration keys:
-/// per-query timings on stderr, and re-blessing golden files in tests.
-const NOT_CONFIG: [&str; 2] = ["STORMGLASS_QUERY_TIMINGS", "STORMGLASS_BLESS"];
+/// per-query timings on stderr, re-blessing golden files in tests, and faults injected by
+/// the live-path tests.
+const NOT_CONFIG: [&str; 3] = [
+    "STORMGLASS_QUERY_TIMINGS",
+    "STORMGLASS_BLESS",
+    "STORMGLASS_TEST_FAULTS",
+];
 
 /// The whole configuration of `stormglass serve`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -116,10 +122,16 @@ impl Default for ListenConfig {
     }
 }
 
-/// `limits.*`: per-request bounds.
+/// `limits.*`: the memory budget and per-request bounds.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
+    /// The one memory budget: every span held (open, waiting for analysis, being
+    /// analysed), requests being decoded, and the window's partials. Bytes, or a human size
+    /// (`512MiB`, `2GiB`).
+    pub memory: bytesize::ByteSize,
+    /// Requests read, decoded and stored at once, over both transports.
+    pub max_concurrent_requests: usize,
     /// Largest OTLP request, in bytes, measured after decompression.
     pub max_request_bytes: usize,
     /// Series per exported figure metric; beyond it new series fold into
@@ -130,9 +142,18 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
+            memory: bytesize::ByteSize::gib(1),
+            max_concurrent_requests: 64,
             max_request_bytes: 64 << 20,
             max_series_per_metric: 2000,
         }
+    }
+}
+
+impl LimitsConfig {
+    /// `limits.memory` in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        usize::try_from(self.memory.as_u64()).unwrap_or(usize::MAX)
     }
 }
 
@@ -235,10 +256,22 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
             "must be greater than 0 (default 2000)".to_owned(),
         ));
     }
-    if config.limits.max_request_bytes == 0 {
+    if config.limits.max_request_bytes == 0 || config.limits.max_request_bytes >= 1 << 30 {
         errors.push((
             "limits.max_request_bytes".to_owned(),
-            "must be greater than 0 (default 67108864, 64 MiB)".to_owned(),
+            "must be greater than 0 and below 1 GiB (default 67108864, 64 MiB)".to_owned(),
+        ));
+    }
+    if config.limits.memory_bytes() < 16 << 20 {
+        errors.push((
+            "limits.memory".to_owned(),
+            "must be at least 16MiB (default 1GiB)".to_owned(),
+        ));
+    }
+    if config.limits.max_concurrent_requests == 0 {
+        errors.push((
+            "limits.max_concurrent_requests".to_owned(),
+            "must be greater than 0 (default 64)".to_owned(),
         ));
     }
     errors.extend(config.assembly.validate("assembly"));

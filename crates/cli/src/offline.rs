@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use stormglass_analytics::files::{self, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
-use stormglass_analytics::{Engine, engine};
+use stormglass_analytics::{Engine, alerts, engine};
 use stormglass_model::Conventions;
 
 use crate::config::Config;
@@ -49,14 +49,10 @@ pub async fn analyze(config: &Config, paths: &[PathBuf], format: Format) -> anyh
     let spans = load(paths)?;
     let engine = Engine::new(config.params());
     let partials = Arc::new(engine.analyse(spans).await.context("analysis failed")?);
-    let report = Report::build(
-        &engine,
-        &[partials],
-        WindowBounds::default(),
-        &config.alerts,
-    )
-    .await
-    .context("building the report failed")?;
+    let mut report = Report::build(&engine, &[partials], WindowBounds::default())
+        .await
+        .context("building the report failed")?;
+    report.alerts = alerts::evaluate(&report, &config.alerts);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print!("{}", table::report(&report)),
@@ -110,7 +106,7 @@ pub async fn query(
             arrow::util::pretty::pretty_format_batches(&result.batches)?
         ),
         Format::Json => {
-            let rows: Vec<serde_json::Value> = stormglass_analytics::report::rows(&result);
+            let rows: Vec<serde_json::Value> = stormglass_analytics::engine::rows(&result);
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
     }

@@ -1,6 +1,11 @@
 //! `stormglass serve`: wire receivers -> assembly -> analysis -> exports, the API, and
 //! shutdown. [`Collector`] is the running collector (also what `stormglass demo` starts).
 //!
+//! Threads: the receivers and the API run on the main tokio runtime; assembly's release
+//! loop and the analysis worker each run on a thread of their own, so a long analysis
+//! never delays an answer to an exporter. All of them share one memory budget
+//! (`limits.memory`).
+//!
 //! Shutdown order matters for the accounting identity: on SIGINT/SIGTERM the receivers stop
 //! first and finish in-flight requests, then assembly releases every open trace, then the
 //! analysis runs its last interval over them, then the API stops. Releasing before the
@@ -11,12 +16,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use prometheus::Registry;
-use stormglass_analytics::{
-    AnalysisMetrics, Assembly, AssemblyMetrics, Engine, LiveAnalysis, TraceSink,
-};
+use stormglass_analytics::{AnalysisMetrics, Engine, Faults, LiveAnalysis, TraceSink};
+use stormglass_assembly::{Assembly, AssemblyMetrics};
 use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::server::ServeError;
-use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers};
+use stormglass_ingest::{Health, IngestMetrics, MemoryBudget, Pipeline, ReceiverConfig, Receivers};
 use stormglass_model::Conventions;
 use tokio::sync::watch;
 use tokio::task::JoinError;
@@ -40,8 +44,8 @@ pub struct Collector {
     stop_assembly: watch::Sender<bool>,
     stop_analysis: watch::Sender<bool>,
     stop_api: watch::Sender<bool>,
-    assembly_task: JoinHandle<()>,
-    analysis_task: JoinHandle<()>,
+    assembly_thread: std::thread::JoinHandle<()>,
+    analysis_thread: std::thread::JoinHandle<()>,
     api_task: JoinHandle<std::io::Result<()>>,
 }
 
@@ -50,6 +54,8 @@ impl Collector {
     pub async fn start(config: Config) -> anyhow::Result<Collector> {
         tracing::debug!(?config, "effective configuration");
         let registry = Registry::new();
+        let budget = MemoryBudget::register(config.limits.memory_bytes(), &registry)?;
+        let health = Health::register(&registry)?;
         let ingest_metrics = IngestMetrics::register(&registry)?;
         let assembly_metrics = AssemblyMetrics::register(&registry)?;
         let figures = FigureMetrics::register(&registry, config.limits.max_series_per_metric)?;
@@ -59,21 +65,32 @@ impl Collector {
             config.alerts.clone(),
             config.analytics.interval,
         )?;
+        let faults = match std::env::var("STORMGLASS_TEST_FAULTS") {
+            Ok(text) => {
+                Faults::parse(&text).map_err(|e| anyhow::anyhow!("STORMGLASS_TEST_FAULTS: {e}"))?
+            }
+            Err(_) => Faults::default(),
+        };
         let analysis = Arc::new(
-            LiveAnalysis::new(
+            LiveAnalysis::with_budget(
                 Engine::new(config.params()),
                 config.alerts.clone(),
                 config.analytics.clone(),
                 AnalysisMetrics::register(&registry)?,
+                budget.clone(),
+                health.clone(),
             )
             .with_observer(figures)
-            .with_observer(evaluator.clone()),
+            .with_observer(evaluator.clone())
+            .with_runtime(tokio::runtime::Handle::current())
+            .with_faults(faults),
         );
         let sink: Arc<dyn TraceSink> = analysis.clone();
         let assembly = Arc::new(Assembly::new(
             config.assembly.clone(),
             sink,
             assembly_metrics,
+            budget.clone(),
         ));
         let pipeline = Pipeline::new(
             assembly.clone(),
@@ -90,6 +107,8 @@ impl Collector {
             grpc: config.listen.grpc,
             http: config.listen.http,
             max_request_bytes: config.limits.max_request_bytes,
+            max_concurrent_requests: config.limits.max_concurrent_requests,
+            memory: budget,
         };
         let receivers = Receivers::start(&receiver_config, pipeline, receivers_shutdown).await?;
         let (api_addr, api_task) = api::start(
@@ -99,13 +118,23 @@ impl Collector {
                 assembly.clone(),
                 analysis.clone(),
                 evaluator.clone(),
+                health.clone(),
             ),
             api_shutdown,
         )
         .await?;
         evaluator.set_generator_url(format!("http://{api_addr}/api/v1/alerts"));
-        let assembly_task = tokio::spawn(assembly.clone().run(assembly_shutdown));
-        let analysis_task = tokio::spawn(analysis.clone().run(analysis_shutdown));
+        let assembly_thread = {
+            let assembly = assembly.clone();
+            std::thread::Builder::new()
+                .name("stormglass-assembly".into())
+                .spawn(move || assembly.run_blocking(assembly_shutdown, &health))
+                .context("cannot start the assembly thread")?
+        };
+        let analysis_thread = analysis
+            .clone()
+            .spawn(analysis_shutdown)
+            .context("cannot start the analysis thread")?;
         tracing::info!(
             grpc = %receivers.grpc_addr,
             http = %receivers.http_addr,
@@ -125,8 +154,8 @@ impl Collector {
             stop_assembly,
             stop_analysis,
             stop_api,
-            assembly_task,
-            analysis_task,
+            assembly_thread,
+            analysis_thread,
             api_task,
         })
     }
@@ -164,15 +193,11 @@ impl Collector {
             None => self.receivers_task.await,
         };
         let _ = self.stop_assembly.send(true);
-        self.assembly_task
-            .await
-            .context("the assembly task failed")?;
+        join(self.assembly_thread, "assembly").await?;
         let (open_spans, _) = self.assembly.open();
         tracing::info!(open_spans, "assembly drained");
         let _ = self.stop_analysis.send(true);
-        self.analysis_task
-            .await
-            .context("the analysis task failed")?;
+        join(self.analysis_thread, "analysis").await?;
         let _ = self.stop_api.send(true);
         self.api_task.await.context("the API task failed")??;
         receivers
@@ -180,6 +205,14 @@ impl Collector {
             .context("a receiver failed")?;
         Ok(())
     }
+}
+
+/// Wait for a worker thread without blocking the runtime.
+async fn join(thread: std::thread::JoinHandle<()>, name: &str) -> anyhow::Result<()> {
+    let joined = tokio::task::spawn_blocking(move || thread.join())
+        .await
+        .with_context(|| format!("waiting for the {name} thread failed"))?;
+    joined.map_err(|_| anyhow::anyhow!("the {name} thread panicked"))
 }
 
 pub async fn run(config: Config) -> anyhow::Result<()> {

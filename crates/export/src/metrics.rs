@@ -30,7 +30,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use serde::{Deserialize, Deserializer};
-use stormglass_analytics::report::rows;
+use stormglass_analytics::engine::rows;
 use stormglass_analytics::{IntervalObserver, Partials, Report, histogram};
 
 /// The label value overflowing series are folded into.

@@ -74,9 +74,11 @@ impl Live {
     }
 
     async fn interval(&mut self, spans: &Spans) -> Arc<Report> {
+        let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
         for request in spans.requests_by_trace() {
             let (batch, _) = encode_request(&Conventions::default(), &request);
-            self.live.release(ReleasedTraces { batch, traces: 1 });
+            self.live
+                .release(ReleasedTraces::reserved(batch, 1, &budget));
         }
         self.intervals += 1;
         self.live

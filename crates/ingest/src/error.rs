@@ -6,7 +6,7 @@
 //! | undecodable body, corrupt compression | 400 | INVALID_ARGUMENT |
 //! | over `limits.max_request_bytes` after decompression | 413 | RESOURCE_EXHAUSTED |
 //! | unsupported content type or encoding | 415 | (n/a: gRPC negotiates) |
-//! | pipeline over its memory bound | 503 + `Retry-After` | UNAVAILABLE (retryable) |
+//! | over `limits.memory`, `assembly.max_spans` or `limits.max_concurrent_requests` | 503 + `Retry-After` | UNAVAILABLE + `RetryInfo` (retryable) |
 
 use std::time::Duration;
 
@@ -33,8 +33,43 @@ pub enum IngestError {
     UnsupportedContentType { content_type: String },
     #[error("unsupported content encoding {encoding:?}: send gzip, zstd or identity")]
     UnsupportedEncoding { encoding: String },
-    #[error("the collector is over its memory bound; retry after {} s", retry_after.as_secs().max(1))]
-    Overloaded { retry_after: Duration },
+    #[error("the collector is over its {}; retry after {} s", limit.describe(), retry_after.as_secs().max(1))]
+    Overloaded {
+        retry_after: Duration,
+        limit: Overload,
+    },
+}
+
+/// Which bound a retryable refusal hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overload {
+    /// `limits.memory`: the bytes held would cross the budget.
+    Memory,
+    /// `assembly.max_spans`: the spans held would cross the count.
+    Spans,
+    /// `limits.max_concurrent_requests`: too many requests in flight.
+    Concurrency,
+}
+
+impl Overload {
+    /// The `reason` label of the refusal counters.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Overload::Memory => "memory_limit",
+            Overload::Spans => "max_spans",
+            Overload::Concurrency => "concurrency",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Overload::Memory => "memory budget (limits.memory)",
+            Overload::Spans => "span limit (assembly.max_spans)",
+            Overload::Concurrency => {
+                "limit of concurrent requests (limits.max_concurrent_requests)"
+            }
+        }
+    }
 }
 
 impl IngestError {
@@ -45,8 +80,13 @@ impl IngestError {
             IngestError::TooLarge { .. } => "too_large",
             IngestError::UnsupportedContentType { .. } => "unsupported_content_type",
             IngestError::UnsupportedEncoding { .. } => "unsupported_encoding",
-            IngestError::Overloaded { .. } => "memory_limit",
+            IngestError::Overloaded { limit, .. } => limit.reason(),
         }
+    }
+
+    /// True when the client should retry the same request later.
+    pub fn retryable(&self) -> bool {
+        matches!(self, IngestError::Overloaded { .. })
     }
 
     /// The OTLP/HTTP status code.
@@ -60,7 +100,8 @@ impl IngestError {
         }
     }
 
-    /// The OTLP/gRPC status.
+    /// The OTLP/gRPC status. A retryable refusal carries a `google.rpc.RetryInfo` with the
+    /// delay, which OTLP exporters honour as they honour HTTP's `Retry-After`.
     pub fn grpc_status(&self) -> tonic::Status {
         let message = self.to_string();
         match self {
@@ -68,7 +109,14 @@ impl IngestError {
             | IngestError::UnsupportedContentType { .. }
             | IngestError::UnsupportedEncoding { .. } => tonic::Status::invalid_argument(message),
             IngestError::TooLarge { .. } => tonic::Status::resource_exhausted(message),
-            IngestError::Overloaded { .. } => tonic::Status::unavailable(message),
+            IngestError::Overloaded { retry_after, .. } => {
+                use tonic_types::{ErrorDetails, StatusExt};
+                tonic::Status::with_error_details(
+                    tonic::Code::Unavailable,
+                    message,
+                    ErrorDetails::with_retry_info(Some(*retry_after)),
+                )
+            }
         }
     }
 
@@ -78,7 +126,7 @@ impl IngestError {
         let grpc_code = self.grpc_status().code() as i32;
         let mut response = encoding.status_body(grpc_code, &self.to_string());
         *response.status_mut() = self.http_status();
-        if let IngestError::Overloaded { retry_after } = self {
+        if let IngestError::Overloaded { retry_after, .. } = self {
             let secs = retry_after.as_secs().max(1);
             response
                 .headers_mut()
@@ -178,6 +226,7 @@ mod tests {
             (
                 IngestError::Overloaded {
                     retry_after: Duration::from_secs(2),
+                    limit: Overload::Memory,
                 },
                 503,
                 tonic::Code::Unavailable,
@@ -187,11 +236,18 @@ mod tests {
             assert_eq!(error.http_status().as_u16(), http, "{error}");
             assert_eq!(error.grpc_status().code(), grpc, "{error}");
         }
-        let response = IngestError::Overloaded {
+        let overloaded = IngestError::Overloaded {
             retry_after: Duration::from_secs(2),
-        }
-        .http_response(BodyEncoding::Json);
+            limit: Overload::Spans,
+        };
+        let response = overloaded.http_response(BodyEncoding::Json);
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        use tonic_types::StatusExt;
+        let retry = overloaded.grpc_status().get_details_retry_info();
+        assert_eq!(
+            retry.and_then(|r| r.retry_delay),
+            Some(Duration::from_secs(2))
+        );
     }
 
     /// Content types are matched on the media type alone.

@@ -5,6 +5,10 @@
 //! the size limit is `OUT_OF_RANGE`. [`remap_status`] rewrites those trailers-only answers to
 //! `INVALID_ARGUMENT` and `RESOURCE_EXHAUSTED` (what OTLP clients treat as not retryable /
 //! too large) and counts them, since our handler never sees those requests.
+//!
+//! [`AdmissionLayer`] runs before tonic reads the message: it takes a request slot, reads
+//! the body (bounded by the size limit), reserves memory for it, and only then lets tonic
+//! decode. A refusal is answered there, trailers-only, without decoding anything.
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -12,10 +16,17 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http_body_util::{BodyExt, Full, Limited};
 use tonic::codec::CompressionEncoding;
 use tonic::codegen::http::{self, HeaderValue};
 use tonic::{Request, Response, Status};
 
+use crate::admission::Admission;
+use crate::error::IngestError;
 use crate::metrics::{IngestMetrics, Transport};
 use crate::sink::Pipeline;
 
@@ -70,4 +81,109 @@ pub fn remap_status<B>(
         headers.insert("grpc-status", HeaderValue::from_static(new_code));
     }
     response
+}
+
+/// Admission before decoding: see the module doc.
+#[derive(Clone)]
+pub struct AdmissionLayer {
+    admission: Admission,
+    metrics: IngestMetrics,
+}
+
+impl AdmissionLayer {
+    pub fn new(admission: Admission, metrics: IngestMetrics) -> Self {
+        AdmissionLayer { admission, metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for AdmissionLayer {
+    type Service = Admit<S>;
+
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`AdmissionLayer`] wraps around tonic's.
+#[derive(Clone)]
+pub struct Admit<S> {
+    inner: S,
+    layer: AdmissionLayer,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for Admit<S>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: Send,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        // The clone that was made ready is the one to call (tower's contract).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let refuse = |error: IngestError| {
+                layer
+                    .metrics
+                    .refused_request(Transport::Grpc, error.reason(), &error.to_string());
+                Ok(error.grpc_status().into_http())
+            };
+            let mut admitted = match layer.admission.enter() {
+                Ok(admitted) => admitted,
+                Err(error) => return refuse(error),
+            };
+            let compressed = request
+                .headers()
+                .get("grpc-encoding")
+                .is_some_and(|v| v.as_bytes() != b"identity");
+            let (parts, body) = request.into_parts();
+            // The 5-byte gRPC frame header rides on top of the message limit.
+            let limit = layer.admission.max_request_bytes().saturating_add(5);
+            let bytes = match Limited::new(body, limit).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return refuse(IngestError::TooLarge {
+                        limit: layer.admission.max_request_bytes(),
+                    });
+                }
+                Err(e) => {
+                    return refuse(IngestError::Undecodable {
+                        format: "gRPC",
+                        detail: format!("reading the request failed: {e}"),
+                        source: Some(e),
+                    });
+                }
+            };
+            if let Err(error) = layer
+                .admission
+                .reserve(&mut admitted, bytes.len(), compressed)
+            {
+                return refuse(error);
+            }
+            let request =
+                http::Request::from_parts(parts, tonic::body::Body::new(Full::new(bytes)));
+            let response = inner.call(request).await;
+            drop(admitted);
+            response
+        })
+    }
 }

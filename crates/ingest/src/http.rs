@@ -1,8 +1,9 @@
 //! OTLP/HTTP receiver: `POST /v1/traces` with `application/x-protobuf` or `application/json`
 //! bodies, optionally gzip- or zstd-compressed.
 //!
-//! Order of checks, cheapest first: content type and encoding (415), the body as sent
-//! against the size limit (413), decompression through a reader capped at the limit, so a
+//! Order of checks, cheapest first: content type and encoding (415), [`Admission`] (a
+//! request slot, and memory reserved from `Content-Length` before the body is read; 503 with
+//! `Retry-After`), the body as sent against the size limit (413), decompression through a reader capped at the limit, so a
 //! decompression bomb stops at `limit + 1` bytes (413), decoding (400), then the shared
 //! [`Pipeline`]. Answers use the request's encoding.
 
@@ -17,6 +18,7 @@ use axum::routing::post;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
+use crate::admission::{Admission, Admitted};
 use crate::error::{BodyEncoding, IngestError};
 use crate::metrics::Transport;
 use crate::sink::Pipeline;
@@ -27,16 +29,16 @@ pub const TRACES_PATH: &str = "/v1/traces";
 #[derive(Clone)]
 struct HttpState {
     pipeline: Pipeline,
-    max_request_bytes: usize,
+    admission: Admission,
 }
 
 /// The OTLP/HTTP router.
-pub fn router(pipeline: Pipeline, max_request_bytes: usize) -> Router {
+pub fn router(pipeline: Pipeline, admission: Admission) -> Router {
     Router::new()
         .route(TRACES_PATH, post(export))
         .with_state(HttpState {
             pipeline,
-            max_request_bytes,
+            admission,
         })
 }
 
@@ -52,14 +54,35 @@ async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) 
         BodyEncoding::Protobuf => Transport::HttpProtobuf,
         BodyEncoding::Json => Transport::HttpJson,
     };
-    match decode(&state, &headers, body, encoding).await {
+    let mut admitted = match state.admission.enter() {
+        Ok(admitted) => admitted,
+        Err(error) => return refuse(&state, transport, error, encoding),
+    };
+    let compression = match Compression::from_header(header_str(&headers, header::CONTENT_ENCODING))
+    {
+        Ok(c) => c,
+        Err(error) => return refuse(&state, transport, error, encoding),
+    };
+    let content_length = header_str(&headers, header::CONTENT_LENGTH)
+        .parse::<usize>()
+        .ok();
+    if let Some(length) = content_length {
+        let compressed = compression != Compression::Identity;
+        if let Err(error) = state.admission.reserve(&mut admitted, length, compressed) {
+            return refuse(&state, transport, error, encoding);
+        }
+    }
+    let decoded = decode(&state, &mut admitted, compression, body, encoding).await;
+    let answer = match decoded {
         Ok(request) => match state.pipeline.export(transport, &request) {
             Ok(response) => encoding.ok(encode_response(encoding, &response)),
             // Already counted per span by the pipeline.
             Err(error) => error.http_response(encoding),
         },
         Err(error) => refuse(&state, transport, error, encoding),
-    }
+    };
+    drop(admitted);
+    answer
 }
 
 fn refuse(
@@ -75,14 +98,15 @@ fn refuse(
     error.http_response(encoding)
 }
 
+/// Read (reserving memory first when the length was unknown), decompress and decode a body.
 async fn decode(
     state: &HttpState,
-    headers: &HeaderMap,
+    admitted: &mut Admitted,
+    compression: Compression,
     body: Body,
     encoding: BodyEncoding,
 ) -> Result<ExportTraceServiceRequest, IngestError> {
-    let limit = state.max_request_bytes;
-    let compression = Compression::from_header(header_str(headers, header::CONTENT_ENCODING))?;
+    let limit = state.admission.max_request_bytes();
     let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
         if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
         {
@@ -95,6 +119,10 @@ async fn decode(
             }
         }
     })?;
+    if !admitted.sized() {
+        let compressed = compression != Compression::Identity;
+        state.admission.reserve(admitted, raw.len(), compressed)?;
+    }
     let bytes = compression.decompress(raw, limit)?;
     if bytes.is_empty() {
         return Ok(ExportTraceServiceRequest::default());

@@ -6,6 +6,9 @@ use stormglass_model::EncodeReport;
 
 use crate::error::IngestError;
 
+/// Reasons of retryable refusals (overload): logged at debug, since they come in floods.
+const RETRYABLE_REASONS: [&str; 3] = ["memory_limit", "max_spans", "concurrency"];
+
 /// The receivers' counters, registered once into the process registry.
 #[derive(Clone)]
 pub struct IngestMetrics {
@@ -55,7 +58,7 @@ impl IngestMetrics {
             metrics
                 .accepted_spans
                 .with_label_values(&[transport.as_str()]);
-            for reason in ["invalid", "memory_limit"] {
+            for reason in ["invalid", "memory_limit", "max_spans"] {
                 metrics
                     .refused_spans
                     .with_label_values(&[transport.as_str(), reason]);
@@ -100,20 +103,26 @@ impl IngestMetrics {
         self.refused_spans
             .with_label_values(&[transport.as_str(), error.reason()])
             .inc_by(spans);
-        tracing::warn!(transport = transport.as_str(), spans, %error, "refused spans");
+        // Retryable refusals are the designed answer to overload and come by the thousand
+        // then: counted always, logged at debug only.
+        if error.retryable() {
+            tracing::debug!(transport = transport.as_str(), spans, %error, "refused spans");
+        } else {
+            tracing::warn!(transport = transport.as_str(), spans, %error, "refused spans");
+        }
     }
 
     /// A refusal before decoding: only the request is known.
-    pub(crate) fn refused_request(&self, transport: Transport, reason: &str, detail: &str) {
+    pub fn refused_request(&self, transport: Transport, reason: &str, detail: &str) {
         self.refused_requests
             .with_label_values(&[transport.as_str(), reason])
             .inc();
-        tracing::info!(
-            transport = transport.as_str(),
-            reason,
-            detail,
-            "refused request"
-        );
+        let transport = transport.as_str();
+        if RETRYABLE_REASONS.contains(&reason) {
+            tracing::debug!(transport, reason, detail, "refused request");
+        } else {
+            tracing::info!(transport, reason, detail, "refused request");
+        }
     }
 }
 

@@ -6,6 +6,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::admission::Admission;
+use crate::budget::MemoryBudget;
 use crate::sink::Pipeline;
 use crate::{grpc, http};
 
@@ -16,6 +18,10 @@ pub struct ReceiverConfig {
     pub http: SocketAddr,
     /// Largest request accepted, measured after decompression.
     pub max_request_bytes: usize,
+    /// Requests read, decoded and stored at once, over both transports.
+    pub max_concurrent_requests: usize,
+    /// The process's memory budget, which requests reserve before they are read.
+    pub memory: MemoryBudget,
 }
 
 /// Receivers that are bound and serving.
@@ -74,6 +80,12 @@ impl Receivers {
 
         let mut tasks = JoinSet::new();
         let metrics = pipeline.metrics().clone();
+        let admission = Admission::new(
+            config.memory.clone(),
+            config.max_concurrent_requests,
+            config.max_request_bytes,
+        );
+        let admit = grpc::AdmissionLayer::new(admission.clone(), metrics.clone());
         let grpc_service = grpc::service(pipeline.clone(), config.max_request_bytes);
         let signal = wait_for(shutdown.clone());
         tasks.spawn(async move {
@@ -81,6 +93,7 @@ impl Receivers {
                 .layer(tower::util::MapResponseLayer::new(move |response| {
                     grpc::remap_status(&metrics, response)
                 }))
+                .layer(admit)
                 .add_service(grpc_service)
                 .serve_with_incoming_shutdown(
                     tonic::transport::server::TcpIncoming::from(grpc_listener),
@@ -89,7 +102,7 @@ impl Receivers {
                 .await
                 .map_err(ServeError::Grpc)
         });
-        let router = http::router(pipeline, config.max_request_bytes);
+        let router = http::router(pipeline, admission);
         let signal = wait_for(shutdown);
         tasks.spawn(async move {
             axum::serve(http_listener, router)

@@ -10,14 +10,16 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use stormglass_model::Conventions;
 
-use crate::error::IngestError;
+use crate::error::{IngestError, Overload};
 use crate::metrics::{IngestMetrics, Transport};
 
-/// The sink is over its memory bound: nothing was stored, the client should retry.
+/// The sink is over one of its bounds: nothing was stored, the client should retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SinkFull {
     /// When a retry is likely to succeed.
     pub retry_after: Duration,
+    /// The bound that would have been crossed.
+    pub limit: Overload,
 }
 
 /// Receives every batch of valid spans. Implementations either store the whole batch or
@@ -65,6 +67,7 @@ impl Pipeline {
             if let Err(full) = self.sink.accept(batch) {
                 let error = IngestError::Overloaded {
                     retry_after: full.retry_after,
+                    limit: full.limit,
                 };
                 self.metrics.refused_spans(transport, &error, spans);
                 return Err(error);

@@ -13,7 +13,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
-use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers, SinkFull, SpanSink};
+use stormglass_ingest::{
+    IngestMetrics, MemoryBudget, Overload, Pipeline, ReceiverConfig, Receivers, SinkFull, SpanSink,
+};
 use stormglass_model::Conventions;
 use stormglass_model::testing::{request, retry_fixture, span};
 use tokio::sync::watch;
@@ -33,6 +35,7 @@ impl SpanSink for Recording {
         if self.full.load(Ordering::SeqCst) {
             return Err(SinkFull {
                 retry_after: Duration::from_secs(3),
+                limit: Overload::Memory,
             });
         }
         self.batches.lock().unwrap().push(batch);
@@ -57,6 +60,10 @@ struct Harness {
 
 impl Harness {
     async fn start() -> Harness {
+        Self::start_with(MemoryBudget::unregistered(256 << 20)).await
+    }
+
+    async fn start_with(memory: MemoryBudget) -> Harness {
         let sink = Arc::new(Recording::default());
         let registry = prometheus::Registry::new();
         let metrics = IngestMetrics::register(&registry).unwrap();
@@ -66,6 +73,8 @@ impl Harness {
             grpc: "127.0.0.1:0".parse().unwrap(),
             http: "127.0.0.1:0".parse().unwrap(),
             max_request_bytes: LIMIT,
+            max_concurrent_requests: 64,
+            memory,
         };
         let receivers = Receivers::start(&config, pipeline, shutdown).await.unwrap();
         let harness = Harness {
@@ -514,4 +523,45 @@ mod bytes_put {
             out
         }
     }
+}
+
+/// A full memory budget refuses requests before they are decoded: retryable on both
+/// transports (503 + Retry-After, UNAVAILABLE + RetryInfo), counted per request, nothing
+/// stored; freeing the memory lets requests in again.
+#[tokio::test]
+async fn admission_refuses_before_decoding_when_memory_is_full() {
+    use tonic_types::StatusExt;
+    let budget = MemoryBudget::unregistered(1 << 20);
+    let h = Harness::start_with(budget.clone()).await;
+    let hog = budget.try_reserve(budget.limit() * 3 / 4 - 64).unwrap();
+    let response = h
+        .post(
+            "application/x-protobuf",
+            None,
+            retry_fixture().encode_to_vec(),
+        )
+        .await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let status = h
+        .grpc_client()
+        .await
+        .export(retry_fixture())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let retry = status.get_details_retry_info().and_then(|r| r.retry_delay);
+    assert_eq!(retry, Some(Duration::from_secs(1)));
+    assert!(h.sink.take().is_empty());
+    assert_eq!(
+        h.counter(
+            "stormglass_receiver_refused_requests_total",
+            &[("reason", "memory_limit")]
+        ),
+        2
+    );
+    assert!(budget.refusing());
+    drop(hog);
+    h.assert_still_serving().await;
+    assert_eq!(budget.used(), 0, "every request's reservation was returned");
 }

@@ -12,4 +12,4 @@ pub mod testing;
 pub use conventions::{Concept, Conventions};
 pub use encode::{EncodeReport, SpanBatchBuilder, SpanRejection, encode_request};
 pub use outcome::Outcome;
-pub use schema::SPANS_SCHEMA;
+pub use schema::{SPANS_SCHEMA, lean};

@@ -12,6 +12,8 @@
 
 use std::sync::{Arc, LazyLock};
 
+use arrow::array::{ArrayRef, MapArray, RecordBatch, StringArray, StructArray, new_null_array};
+use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 
 /// 16-byte trace id.
@@ -112,9 +114,82 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+/// Columns the analysis never reads: kept whole for files and the archive, emptied in the
+/// spans the live path holds ([`lean`]).
+pub const NOT_ANALYSED: [&str; 3] = [SPAN_NAME, STATUS_MESSAGE, ATTRIBUTES];
+
+/// The same spans with the [`NOT_ANALYSED`] columns emptied (empty names, null messages,
+/// empty attribute maps): still [`SPANS_SCHEMA`], so every query runs on it unchanged, at
+/// a fraction of the memory (the attributes map alone is about half of an encoded span).
+pub fn lean(batch: &RecordBatch) -> RecordBatch {
+    let rows = batch.num_rows();
+    let columns: Vec<ArrayRef> = SPANS_SCHEMA
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| match field.name().as_str() {
+            SPAN_NAME => {
+                Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))) as ArrayRef
+            }
+            STATUS_MESSAGE => new_null_array(&DataType::Utf8, rows),
+            ATTRIBUTES => Arc::new(empty_maps(rows)) as ArrayRef,
+            _ => column.clone(),
+        })
+        .collect();
+    match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
+        Ok(lean) => lean,
+        Err(e) => unreachable!("emptied columns keep their types: {e}"),
+    }
+}
+
+/// `rows` empty attribute maps.
+fn empty_maps(rows: usize) -> MapArray {
+    let entries = attributes_entries_field();
+    let DataType::Struct(fields) = entries.data_type() else {
+        unreachable!("map entries are a struct");
+    };
+    let empty = StructArray::new(
+        fields.clone(),
+        vec![
+            Arc::new(StringArray::from(Vec::<&str>::new())) as ArrayRef,
+            Arc::new(StringArray::from(Vec::<Option<&str>>::new())) as ArrayRef,
+        ],
+        None,
+    );
+    let offsets = OffsetBuffer::new_zeroed(rows);
+    match MapArray::try_new(entries, offsets, empty, None, false) {
+        Ok(maps) => maps,
+        Err(e) => unreachable!("empty maps are valid: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lean batch keeps every analysed column as it was, empties the others, and holds
+    /// much less memory.
+    #[test]
+    fn lean_keeps_what_the_analysis_reads() {
+        use crate::testing::retry_fixture;
+        let (batch, _) = crate::encode_request(&crate::Conventions::default(), &retry_fixture());
+        let thin = lean(&batch);
+        assert_eq!(thin.schema(), *SPANS_SCHEMA);
+        for (field, (a, b)) in SPANS_SCHEMA
+            .fields()
+            .iter()
+            .zip(batch.columns().iter().zip(thin.columns()))
+        {
+            if NOT_ANALYSED.contains(&field.name().as_str()) {
+                assert_eq!(b.len(), a.len());
+            } else {
+                assert_eq!(a.to_data(), b.to_data(), "{}", field.name());
+            }
+        }
+        let maps = thin.column_by_name(ATTRIBUTES).unwrap();
+        assert_eq!(maps.null_count(), 0);
+        assert!(thin.get_array_memory_size() < batch.get_array_memory_size());
+    }
 
     /// The schema names every column once, so SQL can address each unambiguously.
     #[test]

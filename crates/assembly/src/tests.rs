@@ -6,6 +6,7 @@ use stormglass_model::{Conventions, encode_request};
 
 use super::*;
 use crate::sink::MemorySink;
+use stormglass_model::lean;
 
 const SERVER: i32 = 2;
 
@@ -18,8 +19,17 @@ fn batch(spans: &[(u8, u8)]) -> RecordBatch {
 }
 
 fn assembly(config: AssemblyConfig) -> (Assembly, Arc<MemorySink>) {
+    assembly_with(config, MemoryBudget::unregistered(1 << 30))
+}
+
+fn assembly_with(config: AssemblyConfig, budget: MemoryBudget) -> (Assembly, Arc<MemorySink>) {
     let sink = Arc::new(MemorySink::default());
-    let assembly = Assembly::new(config, sink.clone(), AssemblyMetrics::unregistered());
+    let assembly = Assembly::new(
+        config,
+        sink.clone(),
+        AssemblyMetrics::unregistered(),
+        budget,
+    );
     (assembly, sink)
 }
 
@@ -68,7 +78,7 @@ fn releases_whole_trace_after_idle() {
         vec![(1, 1), (1, 2), (2, 1), (2, 2)]
     );
     assert_eq!(a.open(), (0, 0));
-    assert!(a.lock().batches.is_empty());
+    assert_eq!(a.memory_bytes(), 0, "both batches were freed");
 }
 
 /// A trace that never goes quiet is released at max_age.
@@ -95,6 +105,7 @@ fn late_spans_are_counted_not_reopened() {
         config(),
         sink.clone(),
         AssemblyMetrics::register(&registry).unwrap(),
+        MemoryBudget::unregistered(1 << 30),
     );
     let t0 = Instant::now();
     a.accept_at(batch(&[(1, 1)]), t0).unwrap();
@@ -139,6 +150,7 @@ fn over_the_bound_refuses_whole_batch() {
     a.accept_at(batch(&[(1, 1), (1, 2)]), t0).unwrap();
     let full = a.accept_at(batch(&[(2, 1), (2, 2)]), t0).unwrap_err();
     assert_eq!(full.retry_after, Duration::from_secs(10));
+    assert_eq!(full.limit, Overload::Spans);
     assert_eq!(a.open(), (2, 1));
     a.accept_at(batch(&[(2, 1)]), t0).unwrap();
     assert!(!a.has_room());
@@ -155,28 +167,105 @@ fn release_all_empties_assembly() {
     assert_eq!(a.open(), (0, 0));
 }
 
-/// A batch partly released stays stored until its last live row goes, and its Arrow
-/// memory stays counted until then.
+/// A batch partly released stays stored until its last live row goes, and its memory
+/// stays counted (in assembly and in the budget) until then.
 #[test]
 fn shared_batch_freed_with_its_last_row() {
-    let (a, _sink) = assembly(config());
+    let budget = MemoryBudget::unregistered(1 << 30);
+    let (a, sink) = assembly_with(config(), budget.clone());
     let t0 = Instant::now();
-    let (first, second) = (batch(&[(1, 1), (2, 1)]), batch(&[(2, 2)]));
+    let (first, second) = (lean(&batch(&[(1, 1), (2, 1)])), lean(&batch(&[(2, 2)])));
     let both = first.get_array_memory_size() + second.get_array_memory_size();
     a.accept_at(first, t0).unwrap();
     a.accept_at(second, t0 + Duration::from_secs(8)).unwrap();
-    assert_eq!(a.lock().batch_bytes, both);
+    assert_eq!(a.held_bytes.load(Ordering::Relaxed), both);
+    assert_eq!(budget.used(), both + 3 * INDEX_BYTES_PER_SPAN);
     a.release_due(t0 + Duration::from_secs(10));
     assert_eq!(
-        a.lock().batches.len(),
-        2,
+        a.held_bytes.load(Ordering::Relaxed),
+        both,
         "trace 2 still lives in the first batch"
     );
-    assert_eq!(a.lock().batch_bytes, both);
-    assert!(a.lock().memory_bytes() > both);
+    drop(sink.take());
     a.release_due(t0 + Duration::from_secs(18));
-    assert!(a.lock().batches.is_empty());
-    assert_eq!(a.lock().batch_bytes, 0);
+    assert_eq!(a.held_bytes.load(Ordering::Relaxed), 0);
+    drop(sink.take());
+    assert_eq!(
+        budget.used(),
+        0,
+        "released batches return their reservation when dropped"
+    );
+}
+
+/// A batch that would cross the memory budget is refused whole and retryably, and
+/// counted nowhere as held.
+#[test]
+fn over_the_memory_budget_refuses_whole_batch() {
+    let one = lean(&batch(&[(1, 1), (1, 2)])).get_array_memory_size() + 2 * INDEX_BYTES_PER_SPAN;
+    // Room for one such batch in the admission share (three quarters), not two.
+    let budget = MemoryBudget::unregistered(one * 4 / 3 + 8);
+    let (a, _sink) = assembly_with(config(), budget.clone());
+    let t0 = Instant::now();
+    a.accept_at(batch(&[(1, 1), (1, 2)]), t0).unwrap();
+    let full = a.accept_at(batch(&[(2, 1), (2, 2)]), t0).unwrap_err();
+    assert_eq!(full.limit, Overload::Memory);
+    assert_eq!(a.open(), (2, 1));
+    assert!(!a.has_room(), "refusing: /readyz says not ready");
+    a.release_all();
+    assert_eq!(a.open(), (0, 0));
+}
+
+/// One long-lived trace in a big batch does not keep the batch's other rows: once the
+/// others are released, its rows move to a small batch and the big one is freed.
+#[test]
+fn long_trace_does_not_pin_its_neighbours() {
+    let (a, sink) = assembly(AssemblyConfig {
+        max_spans: 10_000,
+        ..config()
+    });
+    let t0 = Instant::now();
+    let mut spans: Vec<(u8, u8)> = (0..200u8).map(|t| (t, 1)).collect();
+    spans.extend((0..200u8).map(|t| (t, 2)));
+    spans.extend((0..200u8).map(|t| (t, 3)));
+    let big = lean(&batch(&spans)).get_array_memory_size();
+    assert!(
+        big >= COMPACT_MIN_BYTES,
+        "{big} bytes is big enough to compact"
+    );
+    a.accept_at(batch(&spans), t0).unwrap();
+    // Trace 7 stays busy; every other trace goes idle.
+    a.accept_at(batch(&[(7, 9)]), t0 + Duration::from_secs(9))
+        .unwrap();
+    a.release_due(t0 + Duration::from_secs(10));
+    drop(sink.take());
+    assert_eq!(a.open(), (4, 1));
+    let held = a.held_bytes.load(Ordering::Relaxed);
+    assert!(held * 5 < big, "held {held} bytes of a {big}-byte batch");
+    a.release_due(t0 + Duration::from_secs(19));
+    let released = sink.take();
+    assert_eq!(
+        rows(&released[0].batch),
+        vec![(7, 1), (7, 2), (7, 3), (7, 9)]
+    );
+}
+
+/// Releases go to the sink in chunks bounded in bytes, each holding whole traces.
+#[test]
+fn releases_are_chunked_by_bytes() {
+    let (mut a, sink) = assembly(AssemblyConfig {
+        max_spans: 10_000,
+        ..config()
+    });
+    a.chunk_bytes = 1;
+    let t0 = Instant::now();
+    a.accept_at(batch(&[(1, 1), (2, 1), (3, 1), (1, 2)]), t0)
+        .unwrap();
+    assert_eq!(a.release_due(t0 + Duration::from_secs(10)), 3);
+    let chunks: Vec<Vec<(u8, u8)>> = sink.take().iter().map(|r| rows(&r.batch)).collect();
+    assert_eq!(
+        chunks,
+        vec![vec![(1, 1), (1, 2)], vec![(2, 1)], vec![(3, 1)]]
+    );
 }
 
 /// The config rejects impossible combinations, naming each key.

@@ -3,13 +3,28 @@
 use std::sync::Mutex;
 
 use arrow::array::RecordBatch;
+use stormglass_ingest::{MemoryBudget, Reservation};
 
 /// Complete traces released together: every span of each trace, a trace's rows contiguous,
-/// traces in the order their first span arrived.
-#[derive(Clone, Debug)]
+/// traces in the order their first span arrived. The batch's memory stays reserved against
+/// the budget for as long as the value (or the reservation taken out of it) lives.
+#[derive(Debug)]
 pub struct ReleasedTraces {
     pub batch: RecordBatch,
     pub traces: usize,
+    pub reservation: Reservation,
+}
+
+impl ReleasedTraces {
+    /// Released traces whose memory is reserved (unconditionally: they were admitted).
+    pub fn reserved(batch: RecordBatch, traces: usize, budget: &MemoryBudget) -> Self {
+        let reservation = budget.force(batch.get_array_memory_size());
+        ReleasedTraces {
+            batch,
+            traces,
+            reservation,
+        }
+    }
 }
 
 /// Receives released traces. The analysis implements it; tests use [`MemorySink`].

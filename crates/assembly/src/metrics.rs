@@ -28,6 +28,7 @@ pub struct AssemblyMetrics {
     max_spans: IntGauge,
     late_spans: IntCounter,
     released_spans: IntCounter,
+    compactions: IntCounter,
     released_traces: IntCounterVec,
 }
 
@@ -66,7 +67,7 @@ impl AssemblyMetrics {
             traces: gauge("stormglass_assembly_traces", "Traces open in assembly now.")?,
             memory_bytes: gauge(
                 "stormglass_assembly_memory_bytes",
-                "Memory holding the open traces: Arrow buffers of the stored batches plus the index.",
+                "Memory holding the open traces (lean spans): Arrow buffers of the stored batches plus the index.",
             )?,
             max_spans: gauge(
                 "stormglass_assembly_max_spans",
@@ -79,6 +80,10 @@ impl AssemblyMetrics {
             released_spans: counter(
                 "stormglass_assembly_released_spans_total",
                 "Spans released from assembly to analysis.",
+            )?,
+            compactions: counter(
+                "stormglass_assembly_compactions_total",
+                "Stored batches whose few open rows were copied out so the rest could be freed.",
             )?,
             released_traces,
         })
@@ -106,6 +111,10 @@ impl AssemblyMetrics {
     pub(crate) fn late(&self, spans: u64) {
         self.late_spans.inc_by(spans);
         tracing::debug!(spans, "late spans: their trace was already released");
+    }
+
+    pub(crate) fn compacted(&self) {
+        self.compactions.inc();
     }
 
     pub(crate) fn released(&self, reason: ReleaseReason, traces: u64, spans: u64) {
