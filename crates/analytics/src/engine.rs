@@ -128,6 +128,35 @@ impl Partials {
         Some(merged)
     }
 
+    /// Each table as one batch with buffers of exact size: DataFusion's output batches
+    /// carry spare capacity (a few hundred KiB per table), which a window of many chunks
+    /// would otherwise hold for its whole length.
+    pub fn compact(mut self) -> Partials {
+        for (_, table) in &mut self.tables {
+            let rows = table.rows();
+            if rows == 0 {
+                table.batches.clear();
+                continue;
+            }
+            let schema = table
+                .batches
+                .first()
+                .map_or(table.schema.clone(), RecordBatch::schema);
+            let all = 0..u32::try_from(rows).unwrap_or(u32::MAX);
+            let exact = arrow::compute::concat_batches(&schema, &table.batches).and_then(|one| {
+                // `take` allocates exactly what the rows need (concat of one batch does not copy).
+                arrow::compute::take_record_batch(
+                    &one,
+                    &arrow::array::UInt32Array::from_iter_values(all),
+                )
+            });
+            if let Ok(one) = exact {
+                table.batches = vec![one];
+            }
+        }
+        self
+    }
+
     /// Arrow memory held by the partial tables.
     pub fn memory_bytes(&self) -> usize {
         self.tables

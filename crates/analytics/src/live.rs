@@ -353,7 +353,7 @@ impl LiveAnalysis {
                     .await?
             }
         };
-        let partials = Arc::new(partials);
+        let partials = Arc::new(partials.compact());
         let reservation = self.budget.force(partials.memory_bytes());
         let (window, bounds) = {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
@@ -435,7 +435,7 @@ impl LiveAnalysis {
                         known.insert(service, now);
                     }
                 }
-                self.current.lock().await.chunks.push(partials);
+                self.current.lock().await.chunks.push(partials.compact());
                 self.health.ok("analysis");
             }
             Ok(Err(e)) => {

@@ -96,7 +96,8 @@ impl Collector {
             assembly.clone(),
             Arc::new(Conventions::default()),
             ingest_metrics,
-        );
+        )
+        .lean();
 
         let (stop_receivers, receivers_shutdown) = watch::channel(false);
         let (stop_assembly, assembly_shutdown) = watch::channel(false);

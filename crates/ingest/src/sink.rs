@@ -34,6 +34,7 @@ pub struct Pipeline {
     sink: Arc<dyn SpanSink>,
     conventions: Arc<Conventions>,
     metrics: IngestMetrics,
+    lean: bool,
 }
 
 impl Pipeline {
@@ -46,7 +47,15 @@ impl Pipeline {
             sink,
             conventions,
             metrics,
+            lean: false,
         }
+    }
+
+    /// Encode only the columns the analysis reads (the live path, where nothing else
+    /// reads the spans): no per-attribute allocations for a map that would be dropped.
+    pub fn lean(mut self) -> Self {
+        self.lean = true;
+        self
     }
 
     pub fn metrics(&self) -> &IngestMetrics {
@@ -60,7 +69,11 @@ impl Pipeline {
         transport: Transport,
         request: &ExportTraceServiceRequest,
     ) -> Result<ExportTraceServiceResponse, IngestError> {
-        let (batch, report) = stormglass_model::encode_request(&self.conventions, request);
+        let (batch, report) = if self.lean {
+            stormglass_model::encode_request_lean(&self.conventions, request)
+        } else {
+            stormglass_model::encode_request(&self.conventions, request)
+        };
         self.metrics.encoded(transport, &report);
         let spans = batch.num_rows() as u64;
         if spans > 0 {

@@ -10,6 +10,7 @@
 //! contract, the alias of highest precedence, and once to copy the attributes that no
 //! normalised column carries into the `attributes` map.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -126,6 +127,8 @@ pub struct SpanBatchBuilder<'c> {
     report: EncodeReport,
     /// Scratch: indices of attributes carried by a normalised column (reused across spans).
     consumed: Vec<usize>,
+    /// Leave the columns the analysis never reads empty ([`crate::schema::NOT_ANALYSED`]).
+    lean: bool,
 }
 
 impl<'c> SpanBatchBuilder<'c> {
@@ -207,7 +210,28 @@ impl<'c> SpanBatchBuilder<'c> {
             ),
             report: EncodeReport::default(),
             consumed: Vec::new(),
+            lean: false,
         }
+    }
+
+    /// [`SpanBatchBuilder::for_request`] encoding only what the analysis reads: span names
+    /// empty, status messages null, attribute maps empty ([`crate::schema::lean`]'s form,
+    /// without building the columns first). The live path holds spans this way; files
+    /// keep them whole.
+    pub fn lean_for_request(
+        conventions: &'c Conventions,
+        request: &ExportTraceServiceRequest,
+    ) -> Self {
+        let mut builder = Self::for_request(conventions, request);
+        builder.lean = true;
+        let spans = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        builder.span_name = StringBuilder::with_capacity(spans, 0);
+        builder
     }
 
     /// Append every span of a request; invalid spans are counted, not appended.
@@ -247,7 +271,8 @@ impl<'c> SpanBatchBuilder<'c> {
             let _ = self.parent_span_id.append_value(&span.parent_span_id);
         }
         self.service_name.append_value(service);
-        self.span_name.append_value(&span.name);
+        self.span_name
+            .append_value(if self.lean { "" } else { &span.name });
         self.kind.append_value(kind_name(span.kind));
         self.start_ns.append_value(start_ns);
         self.end_ns.append_value(end_ns);
@@ -255,8 +280,11 @@ impl<'c> SpanBatchBuilder<'c> {
         let status = span.status.as_ref();
         let status_code = status.map_or(StatusCode::Unset as i32, |s| s.code);
         self.status_code.append_value(status_name(status_code));
-        self.status_message
-            .append_option(status.map(|s| s.message.as_str()).filter(|m| !m.is_empty()));
+        self.status_message.append_option(
+            status
+                .map(|s| s.message.as_str())
+                .filter(|m| !m.is_empty() && !self.lean),
+        );
 
         self.append_contract_columns(span, start_ns, status_code == StatusCode::Error as i32);
         self.report.accepted += 1;
@@ -297,9 +325,9 @@ impl<'c> SpanBatchBuilder<'c> {
             .unwrap_or(false);
         let pending = r
             .take(Concept::State, |v| {
-                conventions::as_str(v).map(str::to_owned)
+                conventions::as_str(v).map(|s| s.eq_ignore_ascii_case("pending"))
             })
-            .is_some_and(|s| s.eq_ignore_ascii_case("pending"));
+            .unwrap_or(false);
 
         let is_write = r
             .str(Concept::HttpMethod)
@@ -309,15 +337,19 @@ impl<'c> SpanBatchBuilder<'c> {
                 verb.eq_ignore_ascii_case("INSERT") || verb.eq_ignore_ascii_case("UPDATE")
             });
         let callee = r.str(Concept::CalleeHint).filter(|s| !s.is_empty());
-        let operation = match (r.str(Concept::RpcMethod), r.str(Concept::RpcService)) {
-            (Some(method), Some(service)) => format!("{service}/{method}"),
-            (Some(method), None) => method.to_owned(),
-            _ => r
-                .str(Concept::Route)
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| strip_grpc_prefix(&span.name))
-                .to_owned(),
-        };
+        // Written straight into the column: no per-span String.
+        match (r.str(Concept::RpcMethod), r.str(Concept::RpcService)) {
+            (Some(method), Some(service)) => {
+                let _ = write!(self.operation, "{service}/{method}");
+                self.operation.append_value("");
+            }
+            (Some(method), None) => self.operation.append_value(method),
+            _ => self.operation.append_value(
+                r.str(Concept::Route)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| strip_grpc_prefix(&span.name)),
+            ),
+        }
         let signals = OutcomeSignals {
             grpc: r
                 .get(Concept::GrpcStatus)
@@ -350,13 +382,12 @@ impl<'c> SpanBatchBuilder<'c> {
         self.idempotent.append_option(idempotent);
         self.is_write.append_value(is_write);
         self.callee_hint.append_option(callee);
-        self.operation.append_value(operation);
         self.ctx_cancelled.append_value(ctx_cancelled);
         self.pending.append_value(pending);
         self.outcome.append_value(signals.classify().as_str());
 
         for (index, kv) in span.attributes.iter().enumerate() {
-            if r.consumed.contains(&index) {
+            if self.lean || r.consumed.contains(&index) {
                 continue;
             }
             self.attributes.keys().append_value(&kv.key);
@@ -424,6 +455,16 @@ pub fn encode_request(
     request: &ExportTraceServiceRequest,
 ) -> (RecordBatch, EncodeReport) {
     let mut builder = SpanBatchBuilder::for_request(conventions, request);
+    builder.append_request(request);
+    builder.finish()
+}
+
+/// [`encode_request`] in the lean form the live path holds ([`SpanBatchBuilder::lean`]).
+pub fn encode_request_lean(
+    conventions: &Conventions,
+    request: &ExportTraceServiceRequest,
+) -> (RecordBatch, EncodeReport) {
+    let mut builder = SpanBatchBuilder::lean_for_request(conventions, request);
     builder.append_request(request);
     builder.finish()
 }

@@ -10,6 +10,8 @@ pub mod synth;
 pub mod testing;
 
 pub use conventions::{Concept, Conventions};
-pub use encode::{EncodeReport, SpanBatchBuilder, SpanRejection, encode_request};
+pub use encode::{
+    EncodeReport, SpanBatchBuilder, SpanRejection, encode_request, encode_request_lean,
+};
 pub use outcome::Outcome;
 pub use schema::{SPANS_SCHEMA, lean};

@@ -189,6 +189,17 @@ mod tests {
         let maps = thin.column_by_name(ATTRIBUTES).unwrap();
         assert_eq!(maps.null_count(), 0);
         assert!(thin.get_array_memory_size() < batch.get_array_memory_size());
+        // The lean encoder writes that form directly.
+        let (direct, report) =
+            crate::encode_request_lean(&crate::Conventions::default(), &retry_fixture());
+        assert_eq!(report.accepted, batch.num_rows() as u64);
+        for (field, (a, b)) in SPANS_SCHEMA
+            .fields()
+            .iter()
+            .zip(thin.columns().iter().zip(direct.columns()))
+        {
+            assert_eq!(a.to_data(), b.to_data(), "{}", field.name());
+        }
     }
 
     /// The schema names every column once, so SQL can address each unambiguously.
