@@ -20,7 +20,9 @@
 //! long trace does not keep its neighbours' memory until `assembly.max_age`.
 //!
 //! Bounds: a batch that would cross `assembly.max_spans` or the memory budget is refused
-//! whole with a retryable answer, never stored in part. Released trace ids are remembered
+//! whole with a retryable answer, never stored in part. A trace that grows to a chunk's
+//! bytes is released at once (`reason="max_size"`; its later spans are late), so no
+//! released batch comes near Arrow's 2 GiB of string offsets per column. Released trace ids are remembered
 //! for `assembly.late_memory` so spans arriving after their trace are counted as late.
 //! Accounting at any quiet moment: accepted = released + late + open.
 
@@ -109,6 +111,8 @@ struct Shard {
     idle: VecDeque<(Instant, TraceId)>,
     /// (first arrival, id) in time order.
     age: VecDeque<(Instant, TraceId)>,
+    /// Traces that reached the chunk size, released at the next round.
+    full: Vec<TraceId>,
     /// Released trace ids in two generations; the older is forgotten on rotation.
     released: [HashSet<TraceId, TraceIdHash>; 2],
     /// The generation `released[0]` belongs to (see [`Assembly::generation`]).
@@ -119,6 +123,8 @@ struct OpenTrace {
     first_seen: Instant,
     last_seen: Instant,
     rows: Vec<Row>,
+    /// Arrow bytes of its rows, estimated from their batches' average row.
+    bytes: usize,
 }
 
 impl Assembly {
@@ -136,6 +142,7 @@ impl Assembly {
                     traces: HashMap::with_hasher(hash),
                     idle: VecDeque::new(),
                     age: VecDeque::new(),
+                    full: Vec::new(),
                     released: [HashSet::with_hasher(hash), HashSet::with_hasher(hash)],
                     generation: 0,
                 })
@@ -223,6 +230,7 @@ impl Assembly {
             _reservation: reservation,
         });
         let ids = trace_ids(&stored.batch);
+        let row_bytes = bytes / rows;
         let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); SHARDS];
         for row in 0..rows {
             by_shard[self.shard_of(&trace_id(ids, row))].push(row as u32);
@@ -258,10 +266,16 @@ impl Assembly {
                             first_seen: now,
                             last_seen: now,
                             rows: Vec::new(),
+                            bytes: 0,
                         })
                     }
                 };
                 trace.rows.push((stored.clone(), row));
+                let was = trace.bytes;
+                trace.bytes += row_bytes;
+                if was < self.chunk_bytes && trace.bytes >= self.chunk_bytes {
+                    shard.full.push(id);
+                }
             }
         }
         self.open_spans.fetch_sub(late, Ordering::Relaxed);
@@ -299,6 +313,7 @@ impl Assembly {
             }
             shard.idle.clear();
             shard.age.clear();
+            shard.full.clear();
         }
         self.release(due)
     }
@@ -317,6 +332,7 @@ impl Assembly {
         for reason in [
             ReleaseReason::Idle,
             ReleaseReason::MaxAge,
+            ReleaseReason::MaxSize,
             ReleaseReason::Shutdown,
         ] {
             let (n, rows) = due
@@ -522,6 +538,11 @@ impl Shard {
         config: &AssemblyConfig,
         due: &mut Vec<(TraceId, OpenTrace, ReleaseReason)>,
     ) {
+        for id in std::mem::take(&mut self.full) {
+            if let Some(trace) = self.take(id) {
+                due.push((id, trace, ReleaseReason::MaxSize));
+            }
+        }
         while let Some(&(first_seen, id)) = self.age.front() {
             if now.saturating_duration_since(first_seen) < config.max_age {
                 break;

@@ -7,6 +7,8 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 pub enum ReleaseReason {
     Idle,
     MaxAge,
+    /// The trace reached the largest size released at once (a chunk, 256 MiB at most).
+    MaxSize,
     Shutdown,
 }
 
@@ -15,6 +17,7 @@ impl ReleaseReason {
         match self {
             ReleaseReason::Idle => "idle",
             ReleaseReason::MaxAge => "max_age",
+            ReleaseReason::MaxSize => "max_size",
             ReleaseReason::Shutdown => "shutdown",
         }
     }
@@ -55,6 +58,7 @@ impl AssemblyMetrics {
         for reason in [
             ReleaseReason::Idle,
             ReleaseReason::MaxAge,
+            ReleaseReason::MaxSize,
             ReleaseReason::Shutdown,
         ] {
             released_traces.with_label_values(&[reason.as_str()]);

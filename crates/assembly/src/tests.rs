@@ -289,3 +289,27 @@ fn validate_names_every_problem() {
     };
     assert_eq!(bad.validate("assembly")[0].0, "assembly.max_age");
 }
+
+/// A trace that grows to a chunk's bytes is released at the next round, whatever its age,
+/// and spans arriving for it afterwards are late.
+#[test]
+fn oversized_trace_is_released_early() {
+    let (mut a, sink) = assembly(AssemblyConfig {
+        max_spans: 10_000,
+        ..config()
+    });
+    // Trace 1 holds three of the four rows: over half the batch.
+    a.chunk_bytes = lean(&batch(&[(1, 1), (1, 2), (1, 3), (2, 1)])).get_array_memory_size() / 2;
+    let t0 = Instant::now();
+    a.accept_at(batch(&[(1, 1), (1, 2), (1, 3), (2, 1)]), t0)
+        .unwrap();
+    assert_eq!(a.release_due(t0 + Duration::from_secs(1)), 1);
+    assert_eq!(rows(&sink.take()[0].batch), vec![(1, 1), (1, 2), (1, 3)]);
+    a.accept_at(batch(&[(1, 4)]), t0 + Duration::from_secs(2))
+        .unwrap();
+    assert_eq!(
+        a.open(),
+        (1, 1),
+        "trace 2 stays; the late span of trace 1 is not held"
+    );
+}
