@@ -36,6 +36,38 @@ fn write_jsonl(path: &Path, spans: &Spans, garbage_line: Option<&str>) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
+/// `analyze --format json` over `file`.
+fn analyze_json(file: &Path) -> (Value, String) {
+    let (ok, stdout, stderr) = stormglass(&["analyze", "--format", "json", path(file)]);
+    assert!(ok, "{stderr}");
+    (serde_json::from_str(&stdout).unwrap(), stderr)
+}
+
+/// Send every trace of `spans` to `server` over OTLP/HTTP, `copies` times each, and wait
+/// until the live report holds as many spans as `offline`; returns the live report.
+fn serve_and_report(server: &Server, spans: &Spans, copies: usize, offline: &Value) -> Value {
+    let client = reqwest::blocking::Client::new();
+    for request in spans.requests_by_trace() {
+        for _ in 0..copies {
+            let response = client
+                .post(format!("http://{}/v1/traces", server.http))
+                .header("content-type", "application/x-protobuf")
+                .body(request.encode_to_vec())
+                .send()
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    }
+    let report_url = format!("http://{}/api/v1/report", server.api);
+    let mut live = Value::Null;
+    server.wait_until("the live report covers every span", |s| {
+        live = serde_json::from_str(&get(&report_url).1).unwrap();
+        s.metric("stormglass_analysis_spans_total", &[]) == spans.len() as f64
+            && live["window"]["spans"] == offline["window"]["spans"]
+    });
+    live
+}
+
 fn layer<'v>(report: &'v Value, service: &str) -> &'v Value {
     report["layers"]
         .as_array()
@@ -199,30 +231,12 @@ fn live_report_matches_offline() {
     fixtures::budgets(&mut spans, 5);
     let file = d.join("all.jsonl");
     write_jsonl(&file, &spans, None);
-    let (ok, stdout, stderr) = stormglass(&["analyze", "--format", "json", path(&file)]);
-    assert!(ok, "{stderr}");
-    let offline: Value = serde_json::from_str(&stdout).unwrap();
-
+    let (offline, _) = analyze_json(&file);
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
     ]);
-    let client = reqwest::blocking::Client::new();
-    for request in spans.requests_by_trace() {
-        let response = client
-            .post(format!("http://{}/v1/traces", server.http))
-            .header("content-type", "application/x-protobuf")
-            .body(request.encode_to_vec())
-            .send()
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
-    let report_url = format!("http://{}/api/v1/report", server.api);
-    let mut live = Value::Null;
-    server.wait_until("the live report covers every span", |_| {
-        live = serde_json::from_str(&get(&report_url).1).unwrap();
-        live["window"]["spans"] == offline["window"]["spans"]
-    });
+    let live = serve_and_report(&server, &spans, 1, &offline);
     for key in ["edges", "layers", "entries", "traces", "findings"] {
         assert_eq!(
             live[key], offline[key],
@@ -231,6 +245,47 @@ fn live_report_matches_offline() {
     }
     assert_eq!(
         server.metric("stormglass_analysis_spans_total", &[]),
+        spans.len() as f64
+    );
+}
+
+/// Duplicates, as exporters retrying a request whose answer was lost produce them: every
+/// request sent twice to `serve`, and a file holding every request twice, give exactly
+/// the figures of one copy; live, each copy is counted as a duplicate.
+#[test]
+fn duplicated_requests_give_the_figures_of_one() {
+    let d = dir("duplicates");
+    let mut spans = Spans::default();
+    fixtures::storm(&mut spans, 1);
+    fixtures::unsafe_post(&mut spans, 2);
+    fixtures::pending_orphans(&mut spans, 3);
+    fixtures::both_shapes(&mut spans, 4);
+    let once = d.join("once.jsonl");
+    write_jsonl(&once, &spans, None);
+    let (offline, _) = analyze_json(&once);
+    let twice = d.join("twice.jsonl");
+    let text = std::fs::read_to_string(&once).unwrap();
+    std::fs::write(&twice, format!("{text}{text}")).unwrap();
+    let (doubled, stderr) = analyze_json(&twice);
+    let kept = format!("kept {} duplicate", spans.len());
+    assert!(stderr.contains(&kept), "{stderr}");
+    for key in [
+        "window", "edges", "layers", "entries", "traces", "orphans", "findings",
+    ] {
+        assert_eq!(doubled[key], offline[key], "offline {key}");
+    }
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "500ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let live = serve_and_report(&server, &spans, 2, &offline);
+    for key in [
+        "edges", "layers", "entries", "traces", "orphans", "findings",
+    ] {
+        assert_eq!(live[key], offline[key], "live {key}");
+    }
+    assert_eq!(
+        server.metric("stormglass_assembly_duplicate_spans_total", &[]),
         spans.len() as f64
     );
 }

@@ -208,14 +208,15 @@ fn peak_rss(pid: u32) -> u64 {
     kib * 1024
 }
 
-/// The accounting identity at a quiet moment: every accepted span is analysed, late or
-/// still open (nothing waits between assembly and analysis).
+/// The accounting identity at a quiet moment: every accepted span is analysed, late,
+/// still open or a duplicate (nothing waits between assembly and analysis).
 fn accounted(s: &Server) -> bool {
     let accepted = s.metric("stormglass_receiver_accepted_spans_total", &[]);
     let analysed = s.metric("stormglass_analysis_spans_total", &[]);
     let late = s.metric("stormglass_assembly_late_spans_total", &[]);
     let open = s.metric("stormglass_assembly_spans", &[]);
-    accepted > 0.0 && accepted == analysed + late + open
+    let duplicates = s.metric("stormglass_assembly_duplicate_spans_total", &[]);
+    accepted > 0.0 && accepted == analysed + late + open + duplicates
 }
 
 fn assert_within_budget(server: &Server) {
@@ -244,7 +245,7 @@ fn small_budget_server(extra: &[(&str, &str)]) -> Server {
 /// Overload: load faster than a small memory budget can hold. Receivers refuse, always
 /// retryably (UNAVAILABLE, never a failure or a rejection); peak RSS stays under the budget
 /// plus the documented overhead; once the load stops, accepted = analysed + late + open
-/// exactly; and the collector then accepts and analyses a new load in full.
+/// + duplicates exactly; and the collector then accepts and analyses a new load in full.
 #[test]
 fn overload_stays_within_the_memory_budget() {
     let server = small_budget_server(&[("STORMGLASS_ASSEMBLY__IDLE", "3s")]);

@@ -27,6 +27,8 @@ pub struct LoadSummary {
     pub rejected_spans: u64,
     /// Lines, documents or files skipped, each as "FILE:LINE: why" or "FILE: why".
     pub skipped: Vec<String>,
+    /// Spans read more than once (same trace and span id), kept once.
+    pub duplicates: usize,
 }
 
 /// Load every file into one batch of spans.
@@ -49,8 +51,41 @@ pub fn load(paths: &[PathBuf], conventions: &Conventions) -> (RecordBatch, LoadS
         Ok(batch) => batch,
         Err(e) => unreachable!("loaded batches share SPANS_SCHEMA: {e}"),
     };
+    let (batch, duplicates) = without_duplicates(batch);
+    summary.duplicates = duplicates;
     summary.spans = batch.num_rows();
     (batch, summary)
+}
+
+/// The spans with each (trace id, span id) kept once, its first copy, as live assembly
+/// keeps them; and how many copies were dropped.
+pub fn without_duplicates(batch: RecordBatch) -> (RecordBatch, usize) {
+    use arrow::array::AsArray;
+    let column = |name| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_fixed_size_binary_opt())
+    };
+    let (Some(traces), Some(spans)) = (
+        column(stormglass_model::schema::TRACE_ID),
+        column(stormglass_model::schema::SPAN_ID),
+    ) else {
+        unreachable!("loaded batches follow SPANS_SCHEMA");
+    };
+    let mut seen = std::collections::HashSet::with_capacity(batch.num_rows());
+    let keep: Vec<u32> = (0..batch.num_rows())
+        .filter(|&row| seen.insert((traces.value(row), spans.value(row))))
+        .map(|row| row as u32)
+        .collect();
+    let duplicates = batch.num_rows() - keep.len();
+    if duplicates == 0 {
+        return (batch, 0);
+    }
+    let indices = arrow::array::UInt32Array::from(keep);
+    match arrow::compute::take_record_batch(&batch, &indices) {
+        Ok(kept) => (kept, duplicates),
+        Err(e) => unreachable!("rows of a batch can be taken: {e}"),
+    }
 }
 
 fn extension(path: &Path) -> String {

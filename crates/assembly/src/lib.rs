@@ -24,7 +24,9 @@
 //! bytes is released at once (`reason="max_size"`; its later spans are late), so no
 //! released batch comes near Arrow's 2 GiB of string offsets per column. Released trace ids are remembered
 //! for `assembly.late_memory` so spans arriving after their trace are counted as late.
-//! Accounting at any quiet moment: accepted = released + late + open.
+//! A span seen twice in an open trace (same span id: exporters retry requests whose answer
+//! was lost, and re-send batches) is kept once and counted as a duplicate.
+//! Accounting at any quiet moment: accepted = released + late + open + duplicates.
 
 mod config;
 pub mod duration;
@@ -61,6 +63,10 @@ pub const SHARDS: usize = 16;
 /// Index and map memory per held span, on top of its Arrow bytes: the `(batch, row)` pair
 /// and a share of the trace's map entry and queue entries. Reserved with the batch.
 const INDEX_BYTES_PER_SPAN: usize = size_of::<Row>() + 16;
+
+/// Up to this many spans, a trace finds duplicates by scanning its rows' span ids; beyond,
+/// it keeps them in a set.
+const SCAN_SPANS: usize = 32;
 
 /// A batch compacts once at most 1/`COMPACT_WHEN` of its rows are still open...
 const COMPACT_WHEN: usize = 8;
@@ -123,6 +129,8 @@ struct OpenTrace {
     first_seen: Instant,
     last_seen: Instant,
     rows: Vec<Row>,
+    /// Span ids of `rows`, once the trace is too long to scan them (see [`SCAN_SPANS`]).
+    span_ids: Option<HashSet<u64, TraceIdHash>>,
     /// Arrow bytes of its rows, estimated from their batches' average row.
     bytes: usize,
 }
@@ -230,12 +238,13 @@ impl Assembly {
             _reservation: reservation,
         });
         let ids = trace_ids(&stored.batch);
+        let span_ids = span_ids(&stored.batch);
         let row_bytes = bytes / rows;
         let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); SHARDS];
         for row in 0..rows {
             by_shard[self.shard_of(&trace_id(ids, row))].push(row as u32);
         }
-        let (mut late, mut opened) = (0, 0);
+        let (mut late, mut opened, mut duplicates) = (0, 0, 0);
         for (index, rows) in by_shard.iter().enumerate() {
             if rows.is_empty() {
                 continue;
@@ -266,10 +275,16 @@ impl Assembly {
                             first_seen: now,
                             last_seen: now,
                             rows: Vec::new(),
+                            span_ids: None,
                             bytes: 0,
                         })
                     }
                 };
+                let span = span_id(span_ids, row as usize);
+                if !trace.insert_span_id(span, self.hash) {
+                    duplicates += 1;
+                    continue;
+                }
                 trace.rows.push((stored.clone(), row));
                 let was = trace.bytes;
                 trace.bytes += row_bytes;
@@ -278,12 +293,16 @@ impl Assembly {
                 }
             }
         }
-        self.open_spans.fetch_sub(late, Ordering::Relaxed);
+        self.open_spans
+            .fetch_sub(late + duplicates, Ordering::Relaxed);
         self.open_traces.fetch_add(opened, Ordering::Relaxed);
         drop(stored);
         self.publish();
         if late > 0 {
             self.metrics.late(late as u64);
+        }
+        if duplicates > 0 {
+            self.metrics.duplicates(duplicates as u64);
         }
         Ok(())
     }
@@ -505,6 +524,26 @@ impl SpanSink for Assembly {
     }
 }
 
+impl OpenTrace {
+    /// Record `span` as held; false when the trace already holds it.
+    fn insert_span_id(&mut self, span: u64, hash: TraceIdHash) -> bool {
+        if let Some(ids) = &mut self.span_ids {
+            return ids.insert(span);
+        }
+        let held = |(batch, row): &Row| span_id(span_ids(&batch.batch), *row as usize);
+        if self.rows.iter().any(|r| held(r) == span) {
+            return false;
+        }
+        if self.rows.len() >= SCAN_SPANS {
+            let mut ids = HashSet::with_capacity_and_hasher(self.rows.len() * 2, hash);
+            ids.extend(self.rows.iter().map(held));
+            ids.insert(span);
+            self.span_ids = Some(ids);
+        }
+        true
+    }
+}
+
 impl Shard {
     /// Move the released ids on to `generation`: the current set becomes the older one,
     /// and what is older than that is forgotten.
@@ -578,6 +617,27 @@ fn trace_ids(batch: &RecordBatch) -> &arrow::array::FixedSizeBinaryArray {
     {
         Some(ids) => ids,
         None => unreachable!("batches come from the model encoder and follow SPANS_SCHEMA"),
+    }
+}
+
+/// Position of `span_id` in [`SPANS_SCHEMA`], looked up once (duplicate scans read it per row).
+static SPAN_ID_COLUMN: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
+    SPANS_SCHEMA
+        .index_of(schema::SPAN_ID)
+        .unwrap_or_else(|e| unreachable!("the span schema has span_id: {e}"))
+});
+
+fn span_ids(batch: &RecordBatch) -> &arrow::array::FixedSizeBinaryArray {
+    match batch.column(*SPAN_ID_COLUMN).as_fixed_size_binary_opt() {
+        Some(ids) => ids,
+        None => unreachable!("batches come from the model encoder and follow SPANS_SCHEMA"),
+    }
+}
+
+fn span_id(ids: &arrow::array::FixedSizeBinaryArray, row: usize) -> u64 {
+    match <[u8; 8]>::try_from(ids.value(row)) {
+        Ok(id) => u64::from_le_bytes(id),
+        Err(_) => unreachable!("span_id is FixedSizeBinary(8)"),
     }
 }
 

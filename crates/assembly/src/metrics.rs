@@ -30,6 +30,7 @@ pub struct AssemblyMetrics {
     memory_bytes: IntGauge,
     max_spans: IntGauge,
     late_spans: IntCounter,
+    duplicate_spans: IntCounter,
     released_spans: IntCounter,
     compactions: IntCounter,
     released_traces: IntCounterVec,
@@ -81,6 +82,10 @@ impl AssemblyMetrics {
                 "stormglass_assembly_late_spans_total",
                 "Spans that arrived after their trace was released: counted, not analysed.",
             )?,
+            duplicate_spans: counter(
+                "stormglass_assembly_duplicate_spans_total",
+                "Spans seen twice in an open trace (same span id): kept once, counted here.",
+            )?,
             released_spans: counter(
                 "stormglass_assembly_released_spans_total",
                 "Spans released from assembly to analysis.",
@@ -115,6 +120,11 @@ impl AssemblyMetrics {
     pub(crate) fn late(&self, spans: u64) {
         self.late_spans.inc_by(spans);
         tracing::debug!(spans, "late spans: their trace was already released");
+    }
+
+    pub(crate) fn duplicates(&self, spans: u64) {
+        self.duplicate_spans.inc_by(spans);
+        tracing::debug!(spans, "duplicate spans: kept once");
     }
 
     pub(crate) fn compacted(&self) {

@@ -313,3 +313,42 @@ fn oversized_trace_is_released_early() {
         "trace 2 stays; the late span of trace 1 is not held"
     );
 }
+
+/// A span sent twice (an exporter's retry, a re-sent batch) is held once, whether the
+/// copies come in one batch or two, in a short trace or a long one; duplicates are counted
+/// and the accounting identity holds.
+#[test]
+fn duplicate_spans_are_kept_once() {
+    let registry = prometheus::Registry::new();
+    let sink = Arc::new(MemorySink::default());
+    let a = Assembly::new(
+        AssemblyConfig {
+            max_spans: 10_000,
+            ..config()
+        },
+        sink.clone(),
+        AssemblyMetrics::register(&registry).unwrap(),
+        MemoryBudget::unregistered(1 << 30),
+    );
+    let t0 = Instant::now();
+    a.accept_at(batch(&[(1, 1), (1, 2), (1, 1)]), t0).unwrap();
+    a.accept_at(batch(&[(1, 2), (1, 3)]), t0).unwrap();
+    // A long trace: past the scan limit, duplicates are found through its id set.
+    let long: Vec<(u8, u8)> = (1..=100u8).map(|s| (2, s)).collect();
+    a.accept_at(batch(&long), t0).unwrap();
+    a.accept_at(batch(&long[40..60]), t0).unwrap();
+    assert_eq!(a.open(), (103, 2));
+    a.release_all();
+    let released: usize = sink.take().iter().map(|r| r.batch.num_rows()).sum();
+    let duplicates = registry
+        .gather()
+        .into_iter()
+        .find(|f| f.name() == "stormglass_assembly_duplicate_spans_total")
+        .unwrap()
+        .get_metric()[0]
+        .get_counter()
+        .get_value();
+    assert_eq!(duplicates, 22.0);
+    // accepted (5 + 120) = released (103) + duplicates (22)
+    assert_eq!(released + duplicates as usize, 125);
+}

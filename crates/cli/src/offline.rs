@@ -33,13 +33,14 @@ fn report_skipped(summary: &LoadSummary) {
     for skipped in &summary.skipped {
         eprintln!("stormglass: skipped {skipped}");
     }
-    if !summary.skipped.is_empty() || summary.rejected_spans > 0 {
+    if !summary.skipped.is_empty() || summary.rejected_spans > 0 || summary.duplicates > 0 {
         eprintln!(
-            "stormglass: read {} spans from {} file(s); skipped {} line(s)/file(s); rejected {} invalid span(s)",
+            "stormglass: read {} spans from {} file(s); skipped {} line(s)/file(s); rejected {} invalid span(s); kept {} duplicate span(s) once",
             summary.spans,
             summary.files,
             summary.skipped.len(),
-            summary.rejected_spans
+            summary.rejected_spans,
+            summary.duplicates
         );
     }
 }
