@@ -447,7 +447,10 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
     AlertDefinition {
         name: "StormglassDeadlineInversion",
         severity: "warning",
-        hold: Duration::from_secs(5 * 60),
+        // Not METRICS.md's 5m: a single inversion keeps `increase[5m] > 0` (and the 5-minute
+        // window's findings) for just 5 minutes, so a 5m hold never fired for it. 1m fires
+        // for any inversion, in Prometheus and in the built-in evaluator.
+        hold: Duration::from_secs(60),
         summary: "{caller} -> {callee}: {value} deadline inversions or overcommits",
         description: "{caller} gives {callee} more time than it has left itself ({value} \
             inversions or overcommitted budgets): the callee keeps working after the caller \
