@@ -145,6 +145,22 @@ async fn retry_storm_three_by_three() {
     assert_eq!(findings(&r, "multi_layer_retry"), 1);
 }
 
+/// A storm trace with a second entry row (a SERVER span whose parent never arrived): the
+/// trace is counted once in multi_layer_retry_traces, not once per entry row.
+#[tokio::test]
+async fn broken_trace_counts_once_as_multi_layer() {
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    let lost = fixtures::Id {
+        trace: 1,
+        span: 9999,
+    };
+    s.add(1, Some(lost), "audit", "Record", 2, 5.0, 6.0, vec![]);
+    let r = report(&s).await;
+    assert_eq!(r.traces.entry_requests, 2, "two entry rows");
+    assert_eq!(r.traces.multi_layer_retry_traces, 1);
+}
+
 /// A 200 ms timeout under a 320 ms P99.9: below the tail, recommended 480 ms.
 #[tokio::test]
 async fn timeout_below_callee_p999() {
