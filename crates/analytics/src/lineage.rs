@@ -23,7 +23,9 @@
 //! | `call_server_service` | attempts only: the service of a SERVER span under any attempt of the call (the greatest, if several) |
 //!
 //! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
-//! attempt has none), operation, start and span id; a new call starts at every attempt
+//! attempt has none), operation, start, attempt number and span id (SDKs with
+//! millisecond clocks give a first attempt and its quick retry the same start: the number,
+//! never the span id, orders them); a new call starts at every attempt
 //! numbered 0 (or unnumbered) and wherever trace, parent, hint or operation change. Within a
 //! call, attempts are ordered by number, start and span id. (This was two SQL window passes
 //! over the whole table: the sort dominated every interval's analysis.)
@@ -356,8 +358,8 @@ fn logical_calls(
     let hint_ranks = ranks(attempts.iter().filter_map(|&r| hint_of(r)));
     let operation_of = |row: usize| operation.is_valid(row).then(|| operation.value(row));
     let operation_ranks = ranks(attempts.iter().filter_map(|&r| operation_of(r)));
-    // (trace, parent, hint, operation) identifies a run of attempts; start and span id order
-    // them, as the SQL this replaces did.
+    // (trace, parent, hint, operation) identifies a run of attempts; start, then the attempt
+    // number where starts tie (coarse clocks), then span id order them.
     type Key = (u128, (bool, u64), (bool, u32), (bool, u32));
     let key_of = |row: usize| -> Key {
         (
@@ -367,9 +369,12 @@ fn logical_calls(
             nulls_last(operation_of(row).and_then(|o| operation_ranks.get(o).copied())),
         )
     };
-    let mut order: Vec<(Key, i64, u64, usize)> = attempts
+    let mut order: Vec<(Key, i64, i32, u64, usize)> = attempts
         .iter()
-        .map(|&row| (key_of(row), start.value(row), span_int(span, row), row))
+        .map(|&row| {
+            let at = start.value(row);
+            (key_of(row), at, number(row), span_int(span, row), row)
+        })
         .collect();
     order.sort_unstable();
 
@@ -392,7 +397,7 @@ fn logical_calls(
         members.clear();
     };
     let mut previous: Option<&Key> = None;
-    for (key, _, _, row) in &order {
+    for (key, _, _, _, row) in &order {
         let row = *row;
         if number(row) == 0 || previous != Some(key) {
             flush(&mut members, &mut slots);
@@ -508,6 +513,46 @@ mod tests {
     fn bools(batch: &RecordBatch, name: &str) -> Vec<bool> {
         let c: &BooleanArray = batch.column_by_name(name).unwrap().as_boolean();
         (0..c.len()).map(|i| c.value(i)).collect()
+    }
+
+    /// Coarse clocks: a first attempt and its retry with the same start time, the retry
+    /// with the smaller span id, are one logical call of two attempts, in number order.
+    #[test]
+    fn tied_starts_order_by_attempt_number() {
+        let spans = vec![
+            span(1, 1, "root", 2, 0, 100, vec![]),
+            child_of(
+                span(
+                    1,
+                    3,
+                    "GET",
+                    3,
+                    5,
+                    6,
+                    vec![kv_int("http.request.resend_count", 0)],
+                ),
+                1,
+            ),
+            child_of(
+                span(
+                    1,
+                    2,
+                    "GET",
+                    3,
+                    5,
+                    7,
+                    vec![kv_int("http.request.resend_count", 1)],
+                ),
+                1,
+            ),
+        ];
+        let l = lineage_of(spans);
+        let calls = l
+            .column_by_name("logical_call_id")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(calls.value(1), calls.value(2), "one logical call");
+        assert_eq!(bools(&l, "is_first_attempt")[1..], [true, false]);
     }
 
     /// A retry anywhere above marks every descendant; budgets anchor on the nearest
