@@ -213,6 +213,35 @@ fn malformed_fields_are_counted_and_kept() {
     assert_eq!(keys, vec!["retry", "deadline"]);
 }
 
+/// Attempt numbers written as integral strings or doubles ("3.0", 2.0) are read; negative
+/// and fractional ones are malformed (counted, the column left null).
+#[test]
+fn attempt_numbers_in_any_integral_form() {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+    let double = |d: f64| KeyValue {
+        key: "retry".into(),
+        value: Some(AnyValue {
+            value: Some(Value::DoubleValue(d)),
+        }),
+        ..Default::default()
+    };
+    let spans = vec![
+        span(1, 1, "a", 3, 0, 1, vec![kv("retry", "3.0")]),
+        span(1, 2, "b", 3, 0, 1, vec![double(2.0)]),
+        span(1, 3, "c", 3, 0, 1, vec![kv_int("retry", -1)]),
+        span(1, 4, "d", 3, 0, 1, vec![kv("retry", "1.5")]),
+    ];
+    let (batch, report) = encode(&request(vec![("svc", spans)]));
+    let a = batch
+        .column_by_name(col::ATTEMPT)
+        .unwrap()
+        .as_primitive::<arrow::datatypes::Int32Type>();
+    assert_eq!((a.value(0), a.value(1)), (3, 2));
+    assert!(a.is_null(2) && a.is_null(3));
+    let malformed: Vec<_> = report.malformed_by_field().collect();
+    assert_eq!(malformed, vec![("attempt", 2)]);
+}
+
 /// gRPC codes as numbers or names, business error codes and resource defaults.
 #[test]
 fn outcome_signals_from_attributes() {
