@@ -29,28 +29,32 @@ WITH budgeted AS (
   FROM logical_calls lc CROSS JOIN params p
   WHERE lc.deadline_ms IS NOT NULL AND lc.anchor_deadline_ms IS NOT NULL
 ),
-overlapping AS (
-  -- budgeted calls of one parent overlapping another: not sequential
-  SELECT DISTINCT a.logical_call_id
-  FROM budgeted a
-  JOIN budgeted b ON b.trace_id = a.trace_id AND b.parent_span_id = a.parent_span_id
-    AND b.logical_call_id <> a.logical_call_id
-    AND a.start_ns < b.end_ns AND b.start_ns < a.end_ns
+ordered AS (
+  -- budgeted calls of one parent in start order, with the latest end before each and the
+  -- next start after it: a call overlaps a sibling iff one of those two does (n log n per
+  -- parent, where pairing every two siblings was n^2)
+  SELECT b.*,
+    MAX(b.end_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id
+      ORDER BY b.start_ns, b.logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_end_ns,
+    LEAD(b.start_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id
+      ORDER BY b.start_ns, b.logical_call_id) AS next_start_ns
+  FROM budgeted b
 ),
 sequential_calls AS (
-  SELECT b.* FROM budgeted b
-  LEFT JOIN overlapping o ON o.logical_call_id = b.logical_call_id
-  WHERE o.logical_call_id IS NULL
+  -- not overlapping any budgeted sibling
+  SELECT * FROM ordered
+  WHERE (earlier_end_ns IS NULL OR earlier_end_ns <= start_ns)
+    AND (next_start_ns IS NULL OR next_start_ns >= end_ns)
 ),
 sequential AS (
   -- budget_so_far: this call's budget plus every earlier sequential sibling's
-  SELECT s.trace_id, s.parent_span_id, s.logical_call_id, s.caller, s.callee, s.operation,
-    MAX(s.deadline_ms) AS deadline_ms, MAX(s.anchor_deadline_ms) AS anchor_deadline_ms,
-    bool_or(s.inverted) AS inverted, SUM(t.deadline_ms) AS budget_so_far
-  FROM sequential_calls s
-  JOIN sequential_calls t ON t.trace_id = s.trace_id AND t.parent_span_id = s.parent_span_id
-    AND (t.start_ns < s.start_ns OR (t.start_ns = s.start_ns AND t.logical_call_id <= s.logical_call_id))
-  GROUP BY s.trace_id, s.parent_span_id, s.logical_call_id, s.caller, s.callee, s.operation
+  SELECT trace_id, parent_span_id, logical_call_id, caller, callee, operation, deadline_ms,
+    anchor_deadline_ms, inverted,
+    SUM(deadline_ms) OVER (PARTITION BY trace_id, parent_span_id
+      ORDER BY start_ns, logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far
+  FROM sequential_calls
 ),
 overcommitted AS (
   SELECT trace_id, parent_span_id,

@@ -161,6 +161,78 @@ async fn broken_trace_counts_once_as_multi_layer() {
     assert_eq!(r.traces.multi_layer_retry_traces, 1);
 }
 
+/// Overcommit looks only at sequential calls: under one 800 ms parent, two parallel calls
+/// of 500 ms and 400 ms are no overcommit; in another trace 2,000 sequential short calls
+/// with a 0.5 ms budget each (1,000 ms in all, under an 800 ms parent) are one.
+#[tokio::test]
+async fn overcommit_counts_sequential_calls_only() {
+    const SERVER: i32 = 2;
+    const CLIENT: i32 = 3;
+    let mut s = Spans::default();
+    let p = s.add(
+        1,
+        None,
+        "web",
+        "GET /",
+        SERVER,
+        0.0,
+        800.0,
+        vec![fixtures::deadline(800)],
+    );
+    for (callee, budget) in [("a", 500), ("b", 400)] {
+        let attrs = vec![fixtures::peer(callee), fixtures::deadline(budget)];
+        s.add(1, Some(p), "web", "GET", CLIENT, 10.0, 300.0, attrs);
+    }
+    let p = s.add(
+        2,
+        None,
+        "batch",
+        "RUN",
+        SERVER,
+        0.0,
+        3000.0,
+        vec![fixtures::deadline(800)],
+    );
+    for i in 0..2000 {
+        // 0.35 ms apart, all within the parent's 800 ms: none is inverted.
+        let start = 1.0 + 0.35 * f64::from(i);
+        let attrs = vec![fixtures::peer("db"), deadline_f(0.5)];
+        s.add(
+            2,
+            Some(p),
+            "batch",
+            "INSERT",
+            CLIENT,
+            start,
+            start + 0.3,
+            attrs,
+        );
+    }
+    let r = report(&s).await;
+    let over: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == "overcommit")
+        .collect();
+    assert_eq!(over.len(), 1, "{:?} {:?}", r.findings, r.edges);
+    assert_eq!(
+        (over[0].caller.as_str(), over[0].callee.as_str()),
+        ("batch", "db")
+    );
+    assert_eq!(over[0].count, 1);
+}
+
+fn deadline_f(ms: f64) -> opentelemetry_proto::tonic::common::v1::KeyValue {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+    KeyValue {
+        key: "deadline".into(),
+        value: Some(AnyValue {
+            value: Some(Value::DoubleValue(ms)),
+        }),
+        ..Default::default()
+    }
+}
+
 /// A 200 ms timeout under a 320 ms P99.9: below the tail, recommended 480 ms.
 #[tokio::test]
 async fn timeout_below_callee_p999() {
