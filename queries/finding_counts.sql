@@ -6,7 +6,9 @@
 -- Output: kind, severity, caller, callee, operation, count, detail, example_trace_id
 WITH found AS (
   SELECT kind, caller, callee, operation, SUM(count) AS count,
-    MIN(detail) AS detail, MIN(example_trace_id) AS example_trace_id
+    -- the detail of the example trace, not the smallest detail of any
+    first_value(detail ORDER BY example_trace_id, detail) AS detail,
+    MIN(example_trace_id) AS example_trace_id
   FROM p_findings
   GROUP BY kind, caller, callee, operation
   UNION ALL

@@ -233,6 +233,45 @@ fn deadline_f(ms: f64) -> opentelemetry_proto::tonic::common::v1::KeyValue {
     }
 }
 
+/// A finding's detail is its example trace's: two inversions on one edge in two traces,
+/// the second's detail sorting first ("budget 1000 ..." < "budget 900 ..."), report the
+/// first trace with its own 900 ms.
+#[tokio::test]
+async fn finding_detail_comes_from_its_example_trace() {
+    const SERVER: i32 = 2;
+    const CLIENT: i32 = 3;
+    let mut s = Spans::default();
+    for (trace, budget) in [(1, 900), (2, 1000)] {
+        let p = s.add(
+            trace,
+            None,
+            "web",
+            "GET /",
+            SERVER,
+            0.0,
+            800.0,
+            vec![fixtures::deadline(800)],
+        );
+        let attrs = vec![fixtures::peer("fraud"), fixtures::deadline(budget)];
+        s.add(trace, Some(p), "web", "POST", CLIENT, 700.0, 750.0, attrs);
+    }
+    let r = report(&s).await;
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "deadline_inversion")
+        .unwrap();
+    assert_eq!(f.count, 2);
+    assert!(
+        f.example_trace_id.as_deref().unwrap().ends_with("00000001"),
+        "{f:?}"
+    );
+    assert!(
+        f.detail.as_deref().unwrap().starts_with("budget 900 ms"),
+        "{f:?}"
+    );
+}
+
 /// A 200 ms timeout under a 320 ms P99.9: below the tail, recommended 480 ms.
 #[tokio::test]
 async fn timeout_below_callee_p999() {
