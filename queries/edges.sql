@@ -6,14 +6,16 @@
 --   retry_success_rate      ok retry attempts / retry attempts
 --   retry_ratio             retry attempts / first attempts
 --   edge_amplification      attempts / logical calls
---   timeout_ms              median attempt budget (log-bucketed, <= 2% error)
+--   timeout_ms              the configured timeout: the most common exact attempt budget when
+--                           it covers at least half of the budgeted attempts; otherwise
+--                           (budgets that shrink hop by hop) their median, log-bucketed (<= 2%)
 --   timeout_below_tail      timeout_ms < the callee layer's p999
 --   recommended_timeout_ms  callee p999 x advice.timeout_factor
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   deadline_inversions, max_attempt: sums (max) of the partials.
 -- Ratios with an empty denominator are null.
 --
--- Inputs: p_edges, p_timeouts, layers, params.
+-- Inputs: p_edges, p_timeouts, p_timeout_values, layers, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
 --   retry_success_rate, retry_ratio, edge_amplification, max_attempt, timeout_ms,
@@ -44,10 +46,29 @@ timeout_cumulative AS (
     SUM(n) OVER (PARTITION BY caller, callee, operation) AS total
   FROM timeout_buckets
 ),
-timeouts AS (
-  SELECT caller, callee, operation,
-    sg_bucket_ms(MIN(CASE WHEN cum >= CEIL(0.5 * total) THEN bucket END)) AS timeout_ms
+medians AS (
+  SELECT caller, callee, operation, MAX(total) AS total,
+    sg_bucket_ms(MIN(CASE WHEN cum >= CEIL(0.5 * total) THEN bucket END)) AS median_ms
   FROM timeout_cumulative GROUP BY caller, callee, operation
+),
+modes AS (
+  SELECT caller, callee, operation, deadline_ms AS mode_ms, n AS mode_n
+  FROM (
+    SELECT caller, callee, operation, deadline_ms, n,
+      ROW_NUMBER() OVER (PARTITION BY caller, callee, operation ORDER BY n DESC, deadline_ms) AS r
+    FROM (
+      SELECT caller, callee, operation, deadline_ms, SUM(n) AS n
+      FROM p_timeout_values GROUP BY caller, callee, operation, deadline_ms
+    ) summed
+  ) ranked
+  WHERE r = 1
+),
+timeouts AS (
+  SELECT md.caller, md.callee, md.operation,
+    CASE WHEN mo.mode_n * 2 >= md.total THEN mo.mode_ms ELSE md.median_ms END AS timeout_ms
+  FROM medians md
+  LEFT JOIN modes mo ON mo.caller = md.caller AND mo.callee = md.callee
+    AND mo.operation = md.operation
 )
 SELECT e.caller, e.callee, e.operation, e.logical_calls, e.attempts, e.retry_attempts,
   CAST(e.final_ok AS DOUBLE) / NULLIF(e.logical_calls, 0) AS raw_success_rate,

@@ -38,6 +38,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_calls"),
     query!("partial_attempts"),
     query!("partial_timeouts"),
+    query!("partial_timeout_values"),
     query!("partial_layers"),
     query!("partial_latency"),
     query!("partial_entries"),
