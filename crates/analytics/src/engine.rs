@@ -269,6 +269,13 @@ impl Engine {
         self.analyse_in_window(spans, &[]).await
     }
 
+    /// `partial_latency` rows for late SERVER spans ([`queries::LATE_LATENCY`]).
+    pub async fn late_latency(&self, spans: RecordBatch) -> Result<Table, AnalysisError> {
+        let ctx = Self::session_with_limit(self.memory_limit);
+        register(&ctx, "spans", spans.schema(), vec![spans])?;
+        run(&ctx, &queries::LATE_LATENCY).await
+    }
+
     /// Derive and aggregate one chunk of a live window (see [`Engine::derive_in_window`]).
     pub async fn analyse_in_window(
         &self,

@@ -219,6 +219,8 @@ pub struct LiveAnalysis {
     /// Services that sent SERVER spans, with when they were last seen (window membership).
     servers: Mutex<BTreeMap<String, SystemTime>>,
     window: Mutex<VecDeque<Interval>>,
+    /// Late SERVER spans since the last interval (their durations only are analysed).
+    late_servers: Mutex<Vec<(RecordBatch, Reservation)>>,
     latest: RwLock<Arc<Report>>,
     observers: Vec<Arc<dyn IntervalObserver>>,
     runtime: Option<tokio::runtime::Handle>,
@@ -277,6 +279,7 @@ impl LiveAnalysis {
             }),
             servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
+            late_servers: Mutex::new(Vec::new()),
             latest: RwLock::new(Arc::new(Report::default())),
             observers: Vec::new(),
             runtime: None,
@@ -353,7 +356,7 @@ impl LiveAnalysis {
                     .await?
             }
         };
-        let partials = Arc::new(partials.compact());
+        let partials = Arc::new(self.with_late_latency(partials).await.compact());
         let reservation = self.budget.force(partials.memory_bytes());
         let (window, bounds) = {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
@@ -392,6 +395,38 @@ impl LiveAnalysis {
             .duration
             .observe(started.elapsed().as_secs_f64());
         Ok(report)
+    }
+
+    /// Add the late SERVER spans' durations to the interval's latency partial. A failure
+    /// is counted and leaves the partials as they were.
+    async fn with_late_latency(&self, mut partials: Partials) -> Partials {
+        let late =
+            std::mem::take(&mut *self.late_servers.lock().unwrap_or_else(|p| p.into_inner()));
+        if late.is_empty() {
+            return partials;
+        }
+        let (late, _reserved): (Vec<RecordBatch>, Vec<Reservation>) = late.into_iter().unzip();
+        let spans = match arrow::compute::concat_batches(&SPANS_SCHEMA, &late) {
+            Ok(spans) => spans,
+            Err(e) => unreachable!("late spans share SPANS_SCHEMA: {e}"),
+        };
+        match self.engine.late_latency(spans).await {
+            Ok(rows) => {
+                if let Some((_, latency)) = partials
+                    .tables
+                    .iter_mut()
+                    .find(|(name, _)| *name == "partial_latency")
+                {
+                    latency.batches.extend(rows.batches);
+                }
+            }
+            Err(e) => {
+                self.metrics.failures.inc();
+                self.health
+                    .failed("analysis", &format!("{e}: {}", source_chain(&e)));
+            }
+        }
+        partials
     }
 
     /// Analyse the next chunk: a full one, or with `all` whatever is queued. Returns the
@@ -566,6 +601,22 @@ impl LiveAnalysis {
 }
 
 impl TraceSink for LiveAnalysis {
+    fn late_servers(&self, spans: RecordBatch) {
+        // A service sending SERVER spans is instrumented, even when they come late.
+        let now = SystemTime::now();
+        {
+            let mut known = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+            for service in server_services(&spans) {
+                known.insert(service, now);
+            }
+        }
+        let reservation = self.budget.force(spans.get_array_memory_size());
+        self.late_servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((spans, reservation));
+    }
+
     fn release(&self, traces: ReleasedTraces) {
         let full = {
             let mut queue = self.lock_queue();

@@ -59,6 +59,9 @@ pub const REPORT: &[Query] = &[
     query!("finding_counts"),
 ];
 
+/// `partial_latency` rows for late SERVER spans (see the file's header).
+pub const LATE_LATENCY: Query = query!("late_latency");
+
 /// The table name a partial is merged under in the report stage.
 pub fn merged_name(partial: &str) -> String {
     format!("p_{}", partial.strip_prefix("partial_").unwrap_or(partial))

@@ -80,7 +80,8 @@ async fn every_query_plans_on_the_schema() {
         })
         .collect();
     files.sort();
-    let mut registered: Vec<String> = [queries::DERIVED, queries::PARTIALS, queries::REPORT]
+    let late = [queries::LATE_LATENCY];
+    let mut registered: Vec<String> = [queries::DERIVED, queries::PARTIALS, queries::REPORT, &late]
         .concat()
         .iter()
         .map(|q| q.name.to_owned())
@@ -270,6 +271,56 @@ async fn finding_detail_comes_from_its_example_trace() {
         f.detail.as_deref().unwrap().starts_with("budget 900 ms"),
         "{f:?}"
     );
+}
+
+/// A callee stalled past assembly.idle: its SERVER span arrives after its trace was
+/// released (late). Its duration still reaches the callee's latency, so the 5 s stall shows
+/// as the layer's P99.9 instead of vanishing.
+#[tokio::test]
+async fn late_server_spans_feed_latency() {
+    const SERVER: i32 = 2;
+    const CLIENT: i32 = 3;
+    let live = LiveAnalysis::new(
+        Engine::default(),
+        AlertThresholds::default(),
+        AnalyticsConfig::default(),
+        AnalysisMetrics::unregistered(),
+    );
+    let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
+    let mut on_time = Spans::default();
+    let mut late = Spans::default();
+    for trace in 1..=20 {
+        let p = on_time.add(trace, None, "web", "GET /", SERVER, 0.0, 300.0, vec![]);
+        let c = on_time.add(
+            trace,
+            Some(p),
+            "web",
+            "GET",
+            CLIENT,
+            1.0,
+            201.0,
+            vec![fixtures::peer("inv")],
+        );
+        let ms = if trace == 20 { 5000.0 } else { 10.0 };
+        late.add(
+            trace,
+            Some(c),
+            "inv",
+            "GET /stock",
+            SERVER,
+            2.0,
+            2.0 + ms,
+            vec![],
+        );
+    }
+    let (batch, _) = encode_request(&Conventions::default(), &on_time.request());
+    live.release(ReleasedTraces::reserved(batch, 20, &budget));
+    let (batch, _) = encode_request(&Conventions::default(), &late.request());
+    live.late_servers(batch);
+    let r = live.run_interval(SystemTime::now()).await.unwrap();
+    let inv = r.layers.iter().find(|l| l.service == "inv").unwrap();
+    assert_eq!(inv.requests, 20);
+    assert!(near(inv.p999_ms, 5000.0), "{inv:?}");
 }
 
 /// A 200 ms timeout under a 320 ms P99.9: below the tail, recommended 480 ms.

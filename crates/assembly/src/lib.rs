@@ -245,6 +245,15 @@ impl Assembly {
             by_shard[self.shard_of(&trace_id(ids, row))].push(row as u32);
         }
         let (mut late, mut opened, mut duplicates) = (0, 0, 0);
+        let mut late_servers: Vec<u32> = Vec::new();
+        let kinds = match stored
+            .batch
+            .column_by_name(schema::KIND)
+            .and_then(|c| c.as_string_opt::<i32>())
+        {
+            Some(kinds) => kinds,
+            None => unreachable!("batches come from the model encoder and follow SPANS_SCHEMA"),
+        };
         for (index, rows) in by_shard.iter().enumerate() {
             if rows.is_empty() {
                 continue;
@@ -255,6 +264,9 @@ impl Assembly {
                 let id = trace_id(ids, row as usize);
                 if shard.is_released(&id) {
                     late += 1;
+                    if kinds.value(row as usize) == "server" {
+                        late_servers.push(row);
+                    }
                     continue;
                 }
                 let shard = &mut *shard;
@@ -296,10 +308,20 @@ impl Assembly {
         self.open_spans
             .fetch_sub(late + duplicates, Ordering::Relaxed);
         self.open_traces.fetch_add(opened, Ordering::Relaxed);
+        // Late SERVER spans still describe their service's latency (a stalled callee).
+        let late_servers = (!late_servers.is_empty()).then(|| {
+            match take_record_batch(&stored.batch, &UInt32Array::from(late_servers)) {
+                Ok(spans) => spans,
+                Err(e) => unreachable!("rows of a batch can be taken: {e}"),
+            }
+        });
         drop(stored);
         self.publish();
         if late > 0 {
             self.metrics.late(late as u64);
+        }
+        if let Some(spans) = late_servers {
+            self.sink.late_servers(spans);
         }
         if duplicates > 0 {
             self.metrics.duplicates(duplicates as u64);

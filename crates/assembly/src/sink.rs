@@ -30,18 +30,30 @@ impl ReleasedTraces {
 /// Receives released traces. The analysis implements it; tests use [`MemorySink`].
 pub trait TraceSink: Send + Sync + 'static {
     fn release(&self, traces: ReleasedTraces);
+
+    /// SERVER spans that arrived after their trace was released: the trace was analysed
+    /// without them, but a callee stalled past `assembly.idle` reports exactly this way,
+    /// and their durations are still its latency. Counted as late either way; by default
+    /// nothing more is done with them.
+    fn late_servers(&self, _spans: RecordBatch) {}
 }
 
 /// Keeps every released batch in memory, for tests and tools that read them back.
 #[derive(Default)]
 pub struct MemorySink {
     released: Mutex<Vec<ReleasedTraces>>,
+    late_servers: Mutex<Vec<RecordBatch>>,
 }
 
 impl MemorySink {
     /// Take everything released so far.
     pub fn take(&self) -> Vec<ReleasedTraces> {
         std::mem::take(&mut *self.released.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Take every batch of late SERVER spans handed over so far.
+    pub fn take_late_servers(&self) -> Vec<RecordBatch> {
+        std::mem::take(&mut *self.late_servers.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -51,5 +63,12 @@ impl TraceSink for MemorySink {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(traces);
+    }
+
+    fn late_servers(&self, spans: RecordBatch) {
+        self.late_servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(spans);
     }
 }

@@ -121,6 +121,9 @@ fn late_spans_are_counted_not_reopened() {
     assert_eq!(late.get_metric()[0].get_counter().get_value(), 1.0);
     // accepted (3) = released (1) + late (1) + open (1)
     assert_eq!(sink.take()[0].batch.num_rows(), 1);
+    // The late span is a SERVER span: handed over for its service's latency.
+    let late_servers = sink.take_late_servers();
+    assert_eq!(rows(&late_servers[0]), vec![(1, 2)]);
 }
 
 /// Released ids are forgotten after two rotations of late_memory.
