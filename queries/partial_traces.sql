@@ -1,10 +1,12 @@
--- partial_traces: per entry service, entry requests and traces in which two or more
--- distinct callers retried. A trace counts once in multi_layer_retry_traces, under its
--- first entry (earliest start, then span id), even when a missing parent gives it several
--- entry rows. A trace is released (and so analysed) once: mergeable by SUM.
+-- partial_traces: per entry service, entry requests, traces in which two or more distinct
+-- callers retried, and broken traces (a span whose parent never arrived). A trace counts
+-- once in multi_layer_retry_traces, under its first entry (earliest start, then span id),
+-- even when a missing parent gives it several entry rows; a broken trace counts once, under
+-- its first span without a parent in the trace. A trace is released (and so analysed)
+-- once: mergeable by SUM.
 --
--- Inputs: entries, findings.
--- Output: service, entry_requests, multi_layer_retry_traces
+-- Inputs: entries, findings, lineage.
+-- Output: service, entry_requests, multi_layer_retry_traces, broken_traces
 WITH first_entry AS (
   SELECT trace_id, service FROM (
     SELECT trace_id, service,
@@ -19,9 +21,28 @@ retried AS (
   JOIN (SELECT DISTINCT trace_id FROM findings WHERE kind = 'multi_layer_retry') f
     ON f.trace_id = fe.trace_id
   GROUP BY fe.service
+),
+broken AS (
+  SELECT service, COUNT(*) AS traces
+  FROM (
+    SELECT trace_id, service_name AS service,
+      ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY start_ns, span_id) AS n
+    FROM lineage
+    WHERE depth = 0 AND parent_span_id IS NOT NULL
+  ) orphaned
+  WHERE n = 1
+  GROUP BY service
+),
+per_service AS (
+  SELECT service, COUNT(*) AS entry_requests FROM entries GROUP BY service
+),
+services AS (
+  SELECT service FROM per_service UNION SELECT service FROM broken
 )
-SELECT e.service, COUNT(*) AS entry_requests,
-  COALESCE(MAX(r.traces), 0) AS multi_layer_retry_traces
-FROM entries e
-LEFT JOIN retried r ON r.service = e.service
-GROUP BY e.service
+SELECT s.service, COALESCE(p.entry_requests, 0) AS entry_requests,
+  COALESCE(r.traces, 0) AS multi_layer_retry_traces,
+  COALESCE(b.traces, 0) AS broken_traces
+FROM services s
+LEFT JOIN per_service p ON p.service = s.service
+LEFT JOIN retried r ON r.service = s.service
+LEFT JOIN broken b ON b.service = s.service

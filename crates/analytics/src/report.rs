@@ -91,12 +91,18 @@ pub struct TraceCounts {
     pub service: String,
     pub entry_requests: u64,
     pub multi_layer_retry_traces: u64,
+    /// Traces with a span whose parent never arrived (counted under their first such span).
+    #[serde(default)]
+    pub broken_traces: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Traces {
     pub entry_requests: u64,
     pub multi_layer_retry_traces: u64,
+    /// Traces with a span whose parent never arrived.
+    #[serde(default)]
+    pub broken: u64,
     pub by_service: Vec<TraceCounts>,
 }
 
@@ -184,6 +190,7 @@ impl Report {
         let traces = Traces {
             entry_requests: by_service.iter().map(|t| t.entry_requests).sum(),
             multi_layer_retry_traces: by_service.iter().map(|t| t.multi_layer_retry_traces).sum(),
+            broken: by_service.iter().map(|t| t.broken_traces).sum(),
             by_service,
         };
         let mut orphans: Vec<Orphan> = window

@@ -160,6 +160,7 @@ async fn broken_trace_counts_once_as_multi_layer() {
     let r = report(&s).await;
     assert_eq!(r.traces.entry_requests, 2, "two entry rows");
     assert_eq!(r.traces.multi_layer_retry_traces, 1);
+    assert_eq!(r.traces.broken, 1, "the audit span's parent never arrived");
 }
 
 /// Overcommit looks only at sequential calls: under one 800 ms parent, two parallel calls

@@ -65,8 +65,9 @@ const TIMEOUT_RETRIES_ON_WRITES: usize = 8;
 const IMMEDIATE_RETRIES: usize = 9;
 const DEADLINE_VIOLATIONS: usize = 10;
 const MULTI_LAYER: usize = 11;
+const BROKEN_TRACES: usize = 12;
 
-const COUNTERS: [Spec; 12] = [
+const COUNTERS: [Spec; 13] = [
     spec(
         "stormglass_logical_calls_total",
         "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
@@ -138,6 +139,11 @@ const COUNTERS: [Spec; 12] = [
     spec(
         "stormglass_multi_layer_retry_traces_total",
         "Traces in which two or more distinct callers retried, by entry service.",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_broken_traces_total",
+        "Traces with a span whose parent never arrived (a subtree that looks like its own entry), by the service of that span.",
         SERVICE,
     ),
 ];
@@ -399,7 +405,12 @@ impl FigureMetrics {
             );
         }
         for r in table_rows::<TraceRow>(partials, "partial_traces") {
-            add(MULTI_LAYER, vec![r.service], r.multi_layer_retry_traces);
+            add(
+                MULTI_LAYER,
+                vec![r.service.clone()],
+                r.multi_layer_retry_traces,
+            );
+            add(BROKEN_TRACES, vec![r.service], r.broken_traces);
         }
 
         let mut durations: BTreeMap<String, Buckets> = BTreeMap::new();
@@ -704,7 +715,7 @@ row!(LayerRow { service; received, baseline });
 row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries });
 row!(OrphanRow { caller, callee, operation, server_outcome; pairs, work_ms });
 row!(FindingRow { kind, caller, callee; count });
-row!(TraceRow { service; multi_layer_retry_traces });
+row!(TraceRow { service; multi_layer_retry_traces, broken_traces });
 
 #[derive(Deserialize)]
 struct LatencyRow {
