@@ -289,3 +289,57 @@ fn duplicated_requests_give_the_figures_of_one() {
         spans.len() as f64
     );
 }
+
+/// A callee stalled longer than assembly.idle, live: its caller's spans arrive and the
+/// trace is released; its SERVER span (3 s) arrives after that. The span is counted late,
+/// yet its duration reaches the callee's latency, so the layer's P99.9 shows the stall
+/// rather than the caller's client-observed time.
+#[test]
+fn stalled_callee_shows_its_tail() {
+    use fixtures::{CLIENT, SERVER};
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let (mut caller, mut callee) = (Spans::default(), Spans::default());
+    let p = caller.add(1, None, "web", "GET /", SERVER, 0.0, 250.0, vec![]);
+    let c = caller.add(
+        1,
+        Some(p),
+        "web",
+        "GET",
+        CLIENT,
+        1.0,
+        201.0,
+        vec![fixtures::peer("inv")],
+    );
+    callee.add(1, Some(c), "inv", "GET /stock", SERVER, 2.0, 3002.0, vec![]);
+    let client = reqwest::blocking::Client::new();
+    let post = |spans: &Spans| {
+        let response = client
+            .post(format!("http://{}/v1/traces", server.http))
+            .header("content-type", "application/x-protobuf")
+            .body(spans.request().encode_to_vec())
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    };
+    post(&caller);
+    server.wait_until("the caller's trace analysed", |s| {
+        s.metric("stormglass_analysis_spans_total", &[]) == 2.0
+    });
+    post(&callee);
+    let report_url = format!("http://{}/api/v1/report", server.api);
+    server.wait_until("the stall in inv's latency", |_| {
+        let live: Value = serde_json::from_str(&get(&report_url).1).unwrap();
+        live["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["service"] == "inv" && l["p999_ms"].as_f64().unwrap_or(0.0) > 2900.0)
+    });
+    assert_eq!(
+        server.metric("stormglass_assembly_late_spans_total", &[]),
+        1.0
+    );
+}
