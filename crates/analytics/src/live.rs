@@ -254,9 +254,9 @@ impl LiveAnalysis {
         health: Health,
     ) -> Self {
         let share = budget.analysis_share();
-        // A chunk's working set (lineage, derived tables) is a few times its spans; the
-        // operators' hash tables are bounded by the pool.
-        let chunk_bytes = (share / 8).clamp(1 << 20, 256 << 20);
+        // The operators' hash tables are bounded by the pool; the chunk size bounds the
+        // rest of the working set (see MemoryBudget::chunk_bytes).
+        let chunk_bytes = budget.chunk_bytes();
         let engine = if share < usize::MAX / 16 {
             engine.with_memory_limit(share / 2)
         } else {

@@ -20,8 +20,8 @@
 //! long trace does not keep its neighbours' memory until `assembly.max_age`.
 //!
 //! Bounds: a batch that would cross `assembly.max_spans` or the memory budget is refused
-//! whole with a retryable answer, never stored in part. A trace that grows to a chunk's
-//! bytes is released at once (`reason="max_size"`; its later spans are late), so no
+//! whole with a retryable answer, never stored in part. A trace that grows to a quarter of
+//! the analysis's share of the budget (at most 256 MiB) is released at once (`reason="max_size"`; its later spans are late), so no
 //! released batch comes near Arrow's 2 GiB of string offsets per column. Released trace ids are remembered
 //! for `assembly.late_memory` so spans arriving after their trace are counted as late.
 //! A span seen twice in an open trace (same span id: exporters retry requests whose answer
@@ -86,6 +86,8 @@ pub struct Assembly {
     budget: MemoryBudget,
     /// Largest batch handed to the sink at once (Arrow bytes, estimated from the sources).
     chunk_bytes: usize,
+    /// A trace reaching this many bytes is released at once (`reason="max_size"`).
+    max_trace_bytes: usize,
     open_spans: AtomicUsize,
     open_traces: AtomicUsize,
     /// Arrow memory of the stored batches.
@@ -156,7 +158,8 @@ impl Assembly {
                 })
             })
             .collect();
-        let chunk_bytes = (budget.analysis_share() / 8).clamp(1 << 20, MAX_CHUNK_BYTES);
+        let chunk_bytes = budget.chunk_bytes().min(MAX_CHUNK_BYTES);
+        let max_trace_bytes = (budget.analysis_share() / 4).clamp(chunk_bytes, MAX_CHUNK_BYTES);
         Assembly {
             config,
             shards,
@@ -165,6 +168,7 @@ impl Assembly {
             sink,
             budget,
             chunk_bytes,
+            max_trace_bytes,
             open_spans: AtomicUsize::new(0),
             open_traces: AtomicUsize::new(0),
             held_bytes: Arc::new(AtomicUsize::new(0)),
@@ -300,7 +304,7 @@ impl Assembly {
                 trace.rows.push((stored.clone(), row));
                 let was = trace.bytes;
                 trace.bytes += row_bytes;
-                if was < self.chunk_bytes && trace.bytes >= self.chunk_bytes {
+                if was < self.max_trace_bytes && trace.bytes >= self.max_trace_bytes {
                     shard.full.push(id);
                 }
             }

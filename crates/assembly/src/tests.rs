@@ -293,7 +293,7 @@ fn validate_names_every_problem() {
     assert_eq!(bad.validate("assembly")[0].0, "assembly.max_age");
 }
 
-/// A trace that grows to a chunk's bytes is released at the next round, whatever its age,
+/// A trace that grows to the size bound is released at the next round, whatever its age,
 /// and spans arriving for it afterwards are late.
 #[test]
 fn oversized_trace_is_released_early() {
@@ -302,7 +302,7 @@ fn oversized_trace_is_released_early() {
         ..config()
     });
     // Trace 1 holds three of the four rows: over half the batch.
-    a.chunk_bytes = lean(&batch(&[(1, 1), (1, 2), (1, 3), (2, 1)])).get_array_memory_size() / 2;
+    a.max_trace_bytes = lean(&batch(&[(1, 1), (1, 2), (1, 3), (2, 1)])).get_array_memory_size() / 2;
     let t0 = Instant::now();
     a.accept_at(batch(&[(1, 1), (1, 2), (1, 3), (2, 1)]), t0)
         .unwrap();

@@ -101,6 +101,13 @@ impl MemoryBudget {
         self.inner.limit - self.inner.admission
     }
 
+    /// The largest chunk of released spans analysed at once: the analysis's working set
+    /// (lineage, derived tables, DataFusion's operators) measured ~15x the chunk's Arrow
+    /// bytes, so a 32nd of the share keeps it inside; at least 1 MiB, at most 256 MiB.
+    pub fn chunk_bytes(&self) -> usize {
+        (self.analysis_share() / 32).clamp(1 << 20, 256 << 20)
+    }
+
     /// Bytes reserved now.
     pub fn used(&self) -> usize {
         self.inner.used.load(Ordering::Relaxed)
