@@ -214,6 +214,15 @@ fn query_reads_views() {
     assert_eq!(rows[1]["amplification"], 27.0);
     assert_eq!(rows[1]["attempts"], 27);
 
+    // Storm potential, a graph walk in Rust, is a table too.
+    let sql = "SELECT service, operation, storm_potential FROM storm_potential";
+    let (ok, stdout, stderr) =
+        stormglass(&["query", sql, "--from", path(&file), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(rows[0]["service"], "gateway", "{rows}");
+    assert_eq!(rows[0]["storm_potential"], 27.0, "{rows}");
+
     let (ok, _, stderr) = stormglass(&["query", "SELECT nope FROM spans", "--from", path(&file)]);
     assert!(!ok);
     assert!(stderr.contains("nope"), "{stderr}");

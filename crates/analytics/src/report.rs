@@ -256,6 +256,54 @@ pub struct Link {
 
 type EdgeKey = (String, String, String);
 
+/// Register `storm_potential` (service, operation, storm_potential: one row per entry
+/// operation) in a session holding the report tables, so `stormglass query` reads the
+/// figure the report gives. It is a walk over the call graph, done in Rust (see
+/// [`storm_potential`]); this is its SQL face.
+pub async fn register_storm_potential(
+    ctx: &datafusion::prelude::SessionContext,
+) -> Result<(), AnalysisError> {
+    use arrow::array::{Float64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let edges: Vec<EdgeFigures> = rows(&table(ctx, "edges").await?);
+    let links: Vec<Link> = rows(&table(ctx, "p_links").await?);
+    let entries: Vec<EntryFigures> = rows(&table(ctx, "entry_operations").await?);
+    let potential = storm_potential(&links, &edges);
+    let value = |e: &EntryFigures| {
+        potential
+            .get(&(e.service.clone(), e.operation.clone()))
+            .copied()
+            .unwrap_or(1.0)
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("service", DataType::Utf8, false),
+        Field::new("operation", DataType::Utf8, false),
+        Field::new("storm_potential", DataType::Float64, false),
+    ]));
+    let columns: Vec<arrow::array::ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            entries.iter().map(|e| &e.service),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            entries.iter().map(|e| &e.operation),
+        )),
+        Arc::new(Float64Array::from_iter_values(entries.iter().map(value))),
+    ];
+    let failed = |source| AnalysisError::Query {
+        name: "storm_potential".to_owned(),
+        source,
+    };
+    let batch = RecordBatch::try_new(schema, columns).map_err(|e| {
+        failed(datafusion::error::DataFusionError::ArrowError(
+            Box::new(e),
+            None,
+        ))
+    })?;
+    ctx.register_batch("storm_potential", batch)
+        .map_err(failed)?;
+    Ok(())
+}
+
 /// Storm potential per entry operation: over the call chains observed below it, the largest
 /// product of (max attempt number observed on the edge + 1). For the usual call tree that
 /// is the product along the deepest chain (27 for three layers retrying 3x each); where two

@@ -87,10 +87,14 @@ pub async fn query(
             None => Engine::spans_context(load(paths)?).context("cannot read the spans")?,
         }
     } else {
-        engine
+        let ctx = engine
             .query_context(load(paths)?)
             .await
-            .context("analysis failed")?
+            .context("analysis failed")?;
+        stormglass_analytics::report::register_storm_potential(&ctx)
+            .await
+            .context("computing storm potential failed")?;
+        ctx
     };
     let frame = ctx.sql(sql).await.context("the query is not valid")?;
     let batches = frame.collect().await.context("the query failed")?;
