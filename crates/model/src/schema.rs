@@ -121,18 +121,24 @@ pub const NOT_ANALYSED: [&str; 3] = [SPAN_NAME, STATUS_MESSAGE, ATTRIBUTES];
 /// The same spans with the [`NOT_ANALYSED`] columns emptied (empty names, null messages,
 /// empty attribute maps): still [`SPANS_SCHEMA`], so every query runs on it unchanged, at
 /// a fraction of the memory (the attributes map alone is about half of an encoded span).
+///
+/// A column already in that form (the lean encoder's output) is kept as it is, so the live
+/// path pays nothing here for batches `encode_request_lean` built.
 pub fn lean(batch: &RecordBatch) -> RecordBatch {
+    use arrow::array::{Array, AsArray};
     let rows = batch.num_rows();
     let columns: Vec<ArrayRef> = SPANS_SCHEMA
         .fields()
         .iter()
         .zip(batch.columns())
         .map(|(field, column)| match field.name().as_str() {
-            SPAN_NAME => {
+            SPAN_NAME if !column.as_string::<i32>().value_data().is_empty() => {
                 Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))) as ArrayRef
             }
-            STATUS_MESSAGE => new_null_array(&DataType::Utf8, rows),
-            ATTRIBUTES => Arc::new(empty_maps(rows)) as ArrayRef,
+            STATUS_MESSAGE if column.null_count() < rows => new_null_array(&DataType::Utf8, rows),
+            ATTRIBUTES if !column.as_map().entries().is_empty() => {
+                Arc::new(empty_maps(rows)) as ArrayRef
+            }
             _ => column.clone(),
         })
         .collect();
