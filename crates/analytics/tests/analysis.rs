@@ -168,8 +168,7 @@ async fn broken_trace_counts_once_as_multi_layer() {
 /// with a 0.5 ms budget each (1,000 ms in all, under an 800 ms parent) are one.
 #[tokio::test]
 async fn overcommit_counts_sequential_calls_only() {
-    const SERVER: i32 = 2;
-    const CLIENT: i32 = 3;
+    use fixtures::{CLIENT, SERVER};
     let mut s = Spans::default();
     let p = s.add(
         1,
@@ -240,8 +239,7 @@ fn deadline_f(ms: f64) -> opentelemetry_proto::tonic::common::v1::KeyValue {
 /// first trace with its own 900 ms.
 #[tokio::test]
 async fn finding_detail_comes_from_its_example_trace() {
-    const SERVER: i32 = 2;
-    const CLIENT: i32 = 3;
+    use fixtures::{CLIENT, SERVER};
     let mut s = Spans::default();
     for (trace, budget) in [(1, 900), (2, 1000)] {
         let p = s.add(
@@ -279,8 +277,7 @@ async fn finding_detail_comes_from_its_example_trace() {
 /// as the layer's P99.9 instead of vanishing.
 #[tokio::test]
 async fn late_server_spans_feed_latency() {
-    const SERVER: i32 = 2;
-    const CLIENT: i32 = 3;
+    use fixtures::{CLIENT, SERVER};
     let live = LiveAnalysis::new(
         Engine::default(),
         AlertThresholds::default(),
