@@ -324,11 +324,6 @@ impl LiveAnalysis {
             .clone()
     }
 
-    /// Spans released and not yet analysed.
-    pub fn pending_spans(&self) -> usize {
-        self.lock_queue().spans
-    }
-
     /// Analyse everything released so far, end the interval at `now`, and rebuild the
     /// window's report.
     pub async fn run_interval(&self, now: SystemTime) -> Result<Arc<Report>, AnalysisError> {
