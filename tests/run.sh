@@ -26,6 +26,19 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
     prometheus prometheus-alertmanager
 fi
 
+# The coarse-clock test sends spans with the OpenTelemetry JS SDK's own OTLP exporters
+# (tests/js, versions pinned by its package-lock.json): Node.js from Debian if missing.
+if ! command -v npm >/dev/null; then
+  echo "tests/run.sh: installing nodejs and npm" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends nodejs npm
+fi
+if [ ! -d tests/js/node_modules ]; then
+  (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo nextest run --workspace --locked --no-fail-fast "$@"

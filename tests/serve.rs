@@ -202,3 +202,52 @@ fn config_errors_name_the_key() {
         assert!(stderr.contains(key), "{key} not named in: {stderr}");
     }
 }
+
+/// Coarse clocks: 100 calls of 2 attempts (503, then resend_count=1 and 200) whose attempts
+/// start in the same millisecond, sent by the OpenTelemetry JS SDK through all three of its
+/// OTLP exporters (HTTP/JSON, HTTP/protobuf, gRPC), read as 100 calls: effective success 0,
+/// raw success 1, never 145-150 calls split by span id order. Needs tests/js's packages
+/// (tests/run.sh installs them).
+#[test]
+fn js_sdk_coarse_clock_attempts_stay_one_call() {
+    let js = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/js");
+    assert!(
+        js.join("node_modules").is_dir(),
+        "run `npm ci` in tests/js (tests/run.sh does) for the JS exporter test"
+    );
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let http = format!("http://{}", server.http);
+    let grpc = format!("http://{}", server.grpc);
+    for (protocol, url, count) in [
+        ("http/json", &http, "34"),
+        ("http/protobuf", &http, "33"),
+        ("grpc", &grpc, "33"),
+    ] {
+        let status = std::process::Command::new("node")
+            .arg(js.join("coarse_clock.mjs"))
+            .args([protocol, url.as_str(), count])
+            .status()
+            .expect("node runs");
+        assert!(status.success(), "{protocol} exporter failed");
+    }
+    let report_url = format!("http://{}/api/v1/report", server.api);
+    let mut report = serde_json::Value::Null;
+    server.wait_until("300 spans analysed", |s| {
+        report = serde_json::from_str(&get(&report_url).1).unwrap();
+        s.metric("stormglass_analysis_spans_total", &[]) == 300.0
+            && report["window"]["spans"] == 300
+    });
+    let edge = report["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["caller"] == "web" && e["callee"] == "inv")
+        .unwrap();
+    assert_eq!(edge["logical_calls"], 100, "{edge}");
+    assert_eq!(edge["attempts"], 200);
+    assert_eq!(edge["effective_success_rate"], 0.0);
+    assert_eq!(edge["raw_success_rate"], 1.0);
+}
