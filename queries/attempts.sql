@@ -8,6 +8,9 @@
 --     span whose CLIENT/INTERNAL children carry attempt numbers. The call span itself is
 --     not an attempt; its children are, and inherit its callee hint, deadline and
 --     idempotency when they carry none.
+--   * uninstrumented callers: a SERVER span carrying an attempt number whose parent is not
+--     an attempt (a proxy or gateway that sends no CLIENT spans retried it) is an attempt
+--     of its parent's service (caller `unknown` without a parent) to its own service.
 -- Attempts of one parent to one callee hint and operation, ordered by start, form logical
 -- calls; a new logical call starts at every attempt numbered 0, so a parent calling the
 -- same operation twice makes two logical calls. The grouping (logical_call_id, unique within
@@ -22,6 +25,9 @@
 --
 -- calling_span_id: the span that made the call: the parent, or for gRPC's shape the call
 -- span's parent.
+-- outer_attempt: the attempt number of an in-process retry loop around the call: the call
+-- span's own number (an INTERNAL span carrying `retry` whose CLIENT children carry theirs),
+-- null when the call span has none.
 --
 -- Output: trace_id, span_id, parent_span_id, calling_span_id, logical_call_id, caller,
 --   callee, operation,
@@ -29,11 +35,14 @@
 --   idempotent, has_idempotency_key, is_write, non_idempotent, backoff_ms, baseline,
 --   anchor_deadline_ms, anchor_start_ns, upstream_attempt_span_id, root_span_id,
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
---   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt
+--   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
+--   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns
+-- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
+-- fit in (null otherwise).
 WITH tries AS (
   SELECT s.trace_id, s.span_id, s.parent_span_id,
     COALESCE(s.call_parent_span_id, s.parent_span_id) AS calling_span_id,
-    s.service_name AS caller,
+    COALESCE(s.caller_service, 'unknown') AS caller,
     COALESCE(s.callee_hint, s.call_callee_hint) AS callee_hint,
     s.operation, COALESCE(s.attempt, 0) AS attempt, s.retry_cause, s.outcome,
     s.start_ns, s.end_ns,
@@ -47,7 +56,8 @@ WITH tries AS (
     s.server_span_id, s.server_service, s.server_end_ns, s.server_outcome,
     s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
     s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
-    s.call_server_service
+    s.call_server_service, s.call_attempt AS outer_attempt,
+    s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns
   FROM lineage s
   -- a call span is not an attempt; its numbered children are
   WHERE s.is_attempt
@@ -78,5 +88,6 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.anchor_deadline_ms, o.anchor_start_ns, o.upstream_attempt_span_id, o.root_span_id,
   o.server_span_id, o.server_service, o.server_end_ns, o.server_outcome, o.server_pending,
   o.server_ctx_cancelled, o.server_deadline_ms,
-  o.is_first_attempt, o.is_last_attempt
+  o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
+  o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns
 FROM resolved o

@@ -12,23 +12,26 @@
 --   timeout_below_tail      timeout_ms < the callee layer's p999
 --   recommended_timeout_ms  callee p999 x advice.timeout_factor
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
---   deadline_inversions, max_attempt: sums (max) of the partials.
+--   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
+--   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
 -- Ratios with an empty denominator are null.
 --
--- Inputs: p_edges, p_timeouts, p_timeout_values, layers, params.
+-- Inputs: p_edges, p_timeouts, p_timeout_values, layers, clock_skew, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
---   retry_success_rate, retry_ratio, edge_amplification, max_attempt, timeout_ms,
+--   retry_success_rate, retry_ratio, edge_amplification, max_attempt, max_outer_attempt,
+--   timeout_ms,
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
---   deadline_inversions
+--   deadline_inversions, clock_skew_ms
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
     SUM(final_ok_retried) AS final_ok_retried, SUM(attempts) AS attempts,
     SUM(ok_attempts) AS ok_attempts, SUM(first_attempts) AS first_attempts,
     SUM(retry_attempts) AS retry_attempts, SUM(ok_retry_attempts) AS ok_retry_attempts,
-    MAX(max_attempt) AS max_attempt, SUM(unsafe_retries) AS unsafe_retries,
+    MAX(max_attempt) AS max_attempt, MAX(max_outer_attempt) AS max_outer_attempt,
+    SUM(unsafe_retries) AS unsafe_retries,
     SUM(timeout_retries_on_writes) AS timeout_retries_on_writes,
     SUM(immediate_retries) AS immediate_retries, SUM(orphan_pairs) AS orphan_pairs,
     SUM(orphan_work_ms) AS orphan_work_ms, SUM(deadline_inversions) AS deadline_inversions
@@ -78,16 +81,18 @@ SELECT e.caller, e.callee, e.operation, e.logical_calls, e.attempts, e.retry_att
   CAST(e.ok_retry_attempts AS DOUBLE) / NULLIF(e.retry_attempts, 0) AS retry_success_rate,
   CAST(e.retry_attempts AS DOUBLE) / NULLIF(e.first_attempts, 0) AS retry_ratio,
   CAST(e.attempts AS DOUBLE) / NULLIF(e.logical_calls, 0) AS edge_amplification,
-  e.max_attempt,
+  e.max_attempt, e.max_outer_attempt,
   t.timeout_ms,
   l.p999_ms AS callee_p999_ms,
   CASE WHEN t.timeout_ms IS NULL OR l.p999_ms IS NULL THEN NULL
        ELSE t.timeout_ms < l.p999_ms END AS timeout_below_tail,
   l.p999_ms * p.timeout_factor AS recommended_timeout_ms,
   e.orphan_pairs, e.orphan_work_ms / 1e3 AS orphan_work_seconds,
-  e.unsafe_retries, e.timeout_retries_on_writes, e.immediate_retries, e.deadline_inversions
+  e.unsafe_retries, e.timeout_retries_on_writes, e.immediate_retries, e.deadline_inversions,
+  k.clock_skew_ms
 FROM e
 CROSS JOIN params p
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
 LEFT JOIN layers l ON l.service = e.callee
+LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
 ORDER BY e.caller, e.callee, e.operation

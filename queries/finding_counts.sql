@@ -1,8 +1,9 @@
 -- finding_counts: one row per (kind, caller, callee, operation) over a window, with the
 -- severity of its kind, the count, an example trace and its detail; timeout_below_tail
--- findings come from the edges' merged figures.
+-- findings come from the edges' merged figures, clock_skew ones (operation '*', counting
+-- the calls the estimate rests on) from clock_skew.
 --
--- Inputs: p_findings, edges.
+-- Inputs: p_findings, edges, clock_skew.
 -- Output: kind, severity, caller, callee, operation, count, detail, example_trace_id
 WITH found AS (
   SELECT kind, caller, callee, operation, SUM(count) AS count,
@@ -18,6 +19,12 @@ WITH found AS (
       CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
     CAST(NULL AS VARCHAR)
   FROM edges WHERE timeout_below_tail
+  UNION ALL
+  SELECT 'clock_skew', caller, callee, '*', pairs,
+    concat('the clock of ', callee, ' reads ', CAST(ROUND(clock_skew_ms, 1) AS VARCHAR),
+      ' ms ahead of the clock of ', caller, ' (corrected before orphan and deadline checks)'),
+    CAST(NULL AS VARCHAR)
+  FROM clock_skew WHERE exceeds_threshold
 )
 SELECT kind,
   CASE kind WHEN 'unsafe_retry' THEN 'critical'
@@ -25,6 +32,7 @@ SELECT kind,
             WHEN 'overcommit' THEN 'warning'
             WHEN 'timeout_retry_on_write' THEN 'warning'
             WHEN 'timeout_below_tail' THEN 'warning'
+            WHEN 'clock_skew' THEN 'warning'
             ELSE 'info' END AS severity,
   caller, callee, operation, count, detail, example_trace_id
 FROM found

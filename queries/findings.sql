@@ -5,6 +5,8 @@
 --   deadline_inversion    an attempt's own budget exceeds what its nearest budgeted ancestor
 --                         had left when the attempt started (remaining = ancestor budget -
 --                         (attempt start - ancestor start)), by more than deadlines.tolerance_ms;
+--                         in gRPC's shape a budget on the call span is checked the same way,
+--                         against the anchor above the call span;
 --   overcommit            two or more sequential (non-overlapping) budgeted logical calls of one
 --                         parent, none inverted, whose budgets sum to more than the parent's
 --                         budget (plus tolerance); one finding per parent, named after the call
@@ -15,8 +17,9 @@
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry started less than advice.min_backoff_ms after the previous
 --                         attempt ended;
---   multi_layer_retry     a trace in which two or more distinct callers retried (named after
---                         the trace's entry).
+--   multi_layer_retry     a trace in which two or more retry layers retried: each caller
+--                         is one, and an in-process retry loop around a caller's calls
+--                         (attempts.outer_attempt) is another (named after the trace's entry).
 -- Non-idempotent: the `idempotent` flag is false, or it is absent and the write inference
 -- (POST, PATCH, INSERT, UPDATE) says write.
 -- timeout_below_tail is a per-edge comparison of merged figures and is added by the report.
@@ -66,10 +69,14 @@ overcommitted AS (
   GROUP BY trace_id, parent_span_id
 ),
 multi_layer AS (
-  SELECT trace_id, COUNT(DISTINCT caller) AS retrying_callers
-  FROM attempts WHERE attempt >= 1
+  SELECT trace_id, COUNT(DISTINCT layer) AS retrying_layers
+  FROM (
+    SELECT trace_id, caller AS layer FROM attempts WHERE attempt >= 1
+    UNION ALL
+    SELECT trace_id, concat(caller, ' (in-process loop)') FROM attempts WHERE outer_attempt <> 0
+  ) retried
   GROUP BY trace_id
-  HAVING COUNT(DISTINCT caller) >= 2
+  HAVING COUNT(DISTINCT layer) >= 2
 )
 SELECT 'deadline_inversion' AS kind, a.trace_id, a.caller, a.callee, a.operation,
   concat('budget ', CAST(ROUND(a.own_deadline_ms) AS BIGINT), ' ms exceeds the ',
@@ -79,6 +86,13 @@ FROM attempts a CROSS JOIN params p
 WHERE a.own_deadline_ms IS NOT NULL AND a.anchor_deadline_ms IS NOT NULL
   AND a.own_deadline_ms > a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6
     + p.deadline_tolerance_ms
+UNION ALL
+SELECT 'deadline_inversion', b.trace_id, b.caller, b.callee, b.operation,
+  concat('budget ', CAST(ROUND(b.deadline_ms) AS BIGINT), ' ms exceeds the ',
+    CAST(ROUND(b.anchor_deadline_ms - (b.start_ns - b.anchor_start_ns) / 1e6) AS BIGINT),
+    ' ms the caller had left')
+FROM budgeted b
+WHERE b.inverted AND b.budget_on_call_span
 UNION ALL
 SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
   concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
@@ -115,6 +129,6 @@ FROM attempts a CROSS JOIN params p
 WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms
 UNION ALL
 SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,
-  concat(CAST(m.retrying_callers AS VARCHAR), ' layers retried in one trace')
+  concat(CAST(m.retrying_layers AS VARCHAR), ' layers retried in one trace')
 FROM multi_layer m
 JOIN entries e ON e.trace_id = m.trace_id

@@ -1,9 +1,12 @@
 -- partial_edges: per (caller, callee, operation), the counts every edge figure is a ratio of.
--- Mergeable by SUM (MAX for max_attempt): one row per edge per analysis interval.
+-- Mergeable by SUM (MAX for max_attempt and max_outer_attempt): one row per edge per
+-- analysis interval. max_outer_attempt: the highest attempt number of an in-process retry
+-- loop around the edge's calls (attempts.outer_attempt), null when there is none.
 --
 -- Inputs: attempts, logical_calls, orphans, findings, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   attempts, ok_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
+--   max_outer_attempt,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
@@ -23,6 +26,7 @@ at AS (
     SUM(CASE WHEN a.attempt >= 1 THEN 1 ELSE 0 END) AS retry_attempts,
     SUM(CASE WHEN a.attempt >= 1 AND a.outcome = 'ok' THEN 1 ELSE 0 END) AS ok_retry_attempts,
     MAX(a.attempt) AS max_attempt,
+    MAX(CASE WHEN a.outer_attempt >= 0 THEN a.outer_attempt END) AS max_outer_attempt,
     SUM(CASE WHEN a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key THEN 1 ELSE 0 END)
       AS unsafe_retries,
     SUM(CASE WHEN a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent THEN 1 ELSE 0 END)
@@ -46,7 +50,7 @@ inv AS (
 SELECT at.caller, at.callee, at.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   at.attempts, at.ok_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
-  at.max_attempt, at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
+  at.max_attempt, at.max_outer_attempt, at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   COALESCE(orph.orphan_pairs, 0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
   COALESCE(inv.deadline_inversions, 0) AS deadline_inversions

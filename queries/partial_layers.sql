@@ -1,6 +1,7 @@
 -- partial_layers: per service (layer), the attempts it received and how many of them it
 -- would have received with no retry anywhere upstream (baseline). Requests entering the
--- system at a layer (server entries) are received once and are baseline. Mergeable by SUM;
+-- system at a layer (server entries) are received once and are baseline, unless they are
+-- attempts (counted as such already). Mergeable by SUM;
 -- amplification = received / baseline.
 --
 -- Inputs: attempts, entries.
@@ -12,6 +13,6 @@ FROM (
   UNION ALL
   SELECT service, 1 AS received, 1 AS baseline
   FROM entries
-  WHERE kind IN ('server', 'consumer')
+  WHERE kind IN ('server', 'consumer') AND NOT is_attempt
 ) received
 GROUP BY service

@@ -68,6 +68,17 @@ fn serve_and_report(server: &Server, spans: &Spans, copies: usize, offline: &Val
     live
 }
 
+/// Send all of `spans` to `server` as one OTLP/HTTP request.
+fn post_request(server: &Server, spans: &Spans) {
+    let response = reqwest::blocking::Client::new()
+        .post(format!("http://{}/v1/traces", server.http))
+        .header("content-type", "application/x-protobuf")
+        .body(spans.request().encode_to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
 fn layer<'v>(report: &'v Value, service: &str) -> &'v Value {
     report["layers"]
         .as_array()
@@ -323,16 +334,7 @@ fn stalled_callee_shows_its_tail() {
         vec![fixtures::peer("inv")],
     );
     callee.add(1, Some(c), "inv", "GET /stock", SERVER, 2.0, 3002.0, vec![]);
-    let client = reqwest::blocking::Client::new();
-    let post = |spans: &Spans| {
-        let response = client
-            .post(format!("http://{}/v1/traces", server.http))
-            .header("content-type", "application/x-protobuf")
-            .body(spans.request().encode_to_vec())
-            .send()
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    };
+    let post = |spans: &Spans| post_request(&server, spans);
     post(&caller);
     server.wait_until("the caller's trace analysed", |s| {
         s.metric("stormglass_analysis_spans_total", &[]) == 2.0
@@ -351,4 +353,293 @@ fn stalled_callee_shows_its_tail() {
         server.metric("stormglass_assembly_late_spans_total", &[]),
         1.0
     );
+}
+
+/// web calls inv in traces 1..=28: 20 answered calls (inv's span 0.2 ms inside web's), 4
+/// timed out at 200 ms while inv worked on to 260 ms (orphans, 60 ms of work each) and 4
+/// timed out with inv ending 2 ms later (inside the 5 ms grace: no orphan). inv's clock
+/// reads `skew_ms` ahead of web's. Only the traces of `traces`.
+fn skewed_calls(skew_ms: f64, traces: std::ops::RangeInclusive<u32>) -> Spans {
+    use fixtures::{CLIENT, SERVER, grpc_status};
+    use stormglass_model::testing::kv;
+    let mut spans = Spans::default();
+    let rpc = |code: i64| {
+        vec![
+            kv("rpc.service", "inv"),
+            kv("rpc.method", "Get"),
+            grpc_status(code),
+        ]
+    };
+    for t in traces {
+        // From 100 ms after the fixtures' epoch, so a clock behind stays after it.
+        let b = 100.0;
+        let root = spans.add(t, None, "web", "GET /", SERVER, b, b + 400.0, vec![]);
+        let (client_end, code, server_end) = match t {
+            1..=20 => (101.0, 0, 100.7),
+            21..=24 => (201.0, 4, 261.0),
+            _ => (201.0, 4, 203.0),
+        };
+        let call = spans.add(
+            t,
+            Some(root),
+            "web",
+            "Get",
+            CLIENT,
+            b + 1.0,
+            b + client_end,
+            rpc(code),
+        );
+        let (start, end) = (b + 1.2 + skew_ms, b + server_end + skew_ms);
+        spans.add(t, Some(call), "inv", "Get", SERVER, start, end, rpc(0));
+    }
+    spans
+}
+
+/// Clock skew: with inv's clock 40 ms ahead of web's, or 35 ms behind, orphan pairs equal
+/// those of the unskewed run and orphan work is within the estimate's error (half the
+/// difference of request and answer network delays, 0.05 ms here), offline and live (the
+/// estimate comes from the answered calls, live from those analysed earlier in the
+/// window); the edge reports the skew and a clock_skew finding names it.
+#[test]
+fn clock_skew_is_corrected_before_orphan_checks() {
+    let d = dir("skew");
+    let offline = |skew_ms: f64| {
+        let all = skewed_calls(skew_ms, 1..=28);
+        let file = d.join(format!("skew{skew_ms}.jsonl"));
+        write_jsonl(&file, &all, None);
+        analyze_json(&file).0
+    };
+    let truth = offline(0.0);
+    let web_inv = edge(&truth, "web", "inv");
+    assert_eq!(web_inv["orphan_pairs"], 4);
+    assert!((web_inv["orphan_work_seconds"].as_f64().unwrap() - 0.24).abs() < 1e-9);
+    assert_eq!(web_inv["clock_skew_ms"], 0.0);
+    let skew_findings = |r: &Value| {
+        r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "clock_skew")
+            .count()
+    };
+    assert_eq!(skew_findings(&truth), 0);
+    let same_orphans = |report: &Value| {
+        let e = edge(report, "web", "inv");
+        assert_eq!(e["orphan_pairs"], web_inv["orphan_pairs"]);
+        let work = e["orphan_work_seconds"].as_f64().unwrap();
+        assert!((work - 0.24).abs() < 4.0 * 0.1e-3, "orphan work {work}");
+        let listed = report["orphans"].as_array().unwrap();
+        assert_eq!(listed.len(), 4);
+        for (orphan, truth) in listed.iter().zip(truth["orphans"].as_array().unwrap()) {
+            assert_eq!(orphan["trace_id"], truth["trace_id"]);
+        }
+    };
+    for skew_ms in [40.0, -35.0] {
+        let skewed = offline(skew_ms);
+        same_orphans(&skewed);
+        let estimate = edge(&skewed, "web", "inv")["clock_skew_ms"]
+            .as_f64()
+            .unwrap();
+        assert!((estimate - skew_ms).abs() < 0.1, "estimated {estimate}");
+        assert_eq!(skew_findings(&skewed), 1);
+    }
+
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let (answered, timed_out) = (skewed_calls(40.0, 1..=20), skewed_calls(40.0, 21..=28));
+    let post = |spans: &Spans| post_request(&server, spans);
+    post(&answered);
+    server.wait_until("the answered calls analysed", |s| {
+        s.metric("stormglass_analysis_spans_total", &[]) == answered.len() as f64
+    });
+    post(&timed_out);
+    let report_url = format!("http://{}/api/v1/report", server.api);
+    let mut live = Value::Null;
+    server.wait_until("every call in the live report", |s| {
+        live = serde_json::from_str(&get(&report_url).1).unwrap();
+        s.metric("stormglass_analysis_spans_total", &[]) == 84.0 && live["window"]["spans"] == 84
+    });
+    same_orphans(&live);
+    let gauge = server.metric(
+        "stormglass_clock_skew_seconds",
+        &["caller=\"web\"", "callee=\"inv\""],
+    );
+    assert!((gauge - 0.04).abs() < 0.0001, "gauge {gauge}");
+}
+
+/// `analyze` over `spans`, and the live report of `serve` fed the same spans; asserts the
+/// two agree on every figure and returns the offline report.
+fn offline_and_live(name: &str, spans: &Spans) -> Value {
+    let file = dir(name).join("spans.jsonl");
+    write_jsonl(&file, spans, None);
+    let (offline, _) = analyze_json(&file);
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let live = serve_and_report(&server, spans, 1, &offline);
+    for key in [
+        "edges", "layers", "entries", "traces", "orphans", "findings",
+    ] {
+        assert_eq!(live[key], offline[key], "{key}: live and offline differ");
+    }
+    offline
+}
+
+/// Uninstrumented callers: a proxy that sends no spans retried 10 calls to inv twice
+/// (503, 503, 200: inv's root SERVER spans carry retry 0, 1, 2), and a gateway span with
+/// no CLIENT child forwarded 5 calls twice (Envoy's attempt count 1, 2 on inv's SERVER
+/// spans). Each hop gets its edge and inv its amplification, live and offline.
+#[test]
+fn uninstrumented_callers_retries_seen_on_the_callee() {
+    use fixtures::{SERVER, http_status, retry};
+    use stormglass_model::testing::kv;
+    let mut spans = Spans::default();
+    for t in 1..=10u32 {
+        for (n, code) in [(0, 503), (1, 503), (2, 200)] {
+            let at = n as f64 * 10.0;
+            let attrs = vec![retry(n), http_status(code), fixtures::route("/stock")];
+            spans.add(t, None, "inv", "GET /stock", SERVER, at, at + 5.0, attrs);
+        }
+    }
+    for t in 11..=15u32 {
+        let gw = spans.add(t, None, "gateway", "GET /", SERVER, 0.0, 50.0, vec![]);
+        for (n, code) in [("1", 503), ("2", 200)] {
+            let at = if n == "1" { 1.0 } else { 20.0 };
+            let attrs = vec![
+                kv("http.request.header.x-envoy-attempt-count", n),
+                http_status(code),
+                fixtures::route("/stock"),
+            ];
+            spans.add(
+                t,
+                Some(gw),
+                "inv",
+                "GET /stock",
+                SERVER,
+                at,
+                at + 5.0,
+                attrs,
+            );
+        }
+    }
+    let report = offline_and_live("uninstrumented", &spans);
+    let proxy = edge(&report, "unknown", "inv");
+    assert_eq!(proxy["logical_calls"], 10);
+    assert_eq!(proxy["attempts"], 30);
+    assert_eq!(proxy["raw_success_rate"], 1.0);
+    assert_eq!(proxy["effective_success_rate"], 0.0);
+    assert_eq!(proxy["max_attempt"], 2);
+    let gateway = edge(&report, "gateway", "inv");
+    assert_eq!(gateway["logical_calls"], 5);
+    assert_eq!(gateway["attempts"], 10);
+    assert_eq!(gateway["retry_attempts"], 5);
+    let inv = layer(&report, "inv");
+    assert_eq!(inv["requests"], 40);
+    assert_eq!(inv["baseline_attempts"], 15);
+    assert_eq!(report["traces"]["entry_requests"], 15);
+}
+
+/// Stacked retry layers in one service: an application loop (INTERNAL spans retry 0..3)
+/// around an HTTP client that resends twice (CLIENT spans resend_count 0..2): 12 requests
+/// reach llm; storm potential reads 4 x 3 = 12 and the trace is a multi-layer retry trace.
+/// Unreadable attempt numbers (retry=-1, "3.5") are counted as malformed yet stay retries
+/// of their call: a second trace's two-attempt call stays one call.
+#[test]
+fn stacked_retry_layers_and_unreadable_attempts() {
+    use fixtures::{CLIENT, INTERNAL, SERVER, http_status, retry};
+    use stormglass_model::testing::{kv, kv_int};
+    let mut spans = Spans::default();
+    let root = spans.add(1, None, "api", "POST /ask", SERVER, 0.0, 1000.0, vec![]);
+    for loop_try in 0..4i64 {
+        let at = loop_try as f64 * 200.0;
+        let attempt = spans.add(
+            1,
+            Some(root),
+            "api",
+            "ask llm",
+            INTERNAL,
+            at,
+            at + 190.0,
+            vec![retry(loop_try)],
+        );
+        for resend in 0..3i64 {
+            let t0 = at + resend as f64 * 60.0;
+            let code = if loop_try == 3 && resend == 2 {
+                200
+            } else {
+                503
+            };
+            let attrs = vec![
+                kv_int("http.request.resend_count", resend),
+                http_status(code),
+                fixtures::peer("llm"),
+            ];
+            spans.add(
+                1,
+                Some(attempt),
+                "api",
+                "POST",
+                CLIENT,
+                t0,
+                t0 + 50.0,
+                attrs,
+            );
+        }
+    }
+    let web = spans.add(2, None, "web", "GET /", SERVER, 0.0, 100.0, vec![]);
+    spans.add(
+        2,
+        Some(web),
+        "web",
+        "GET",
+        CLIENT,
+        1.0,
+        10.0,
+        vec![retry(0), http_status(503), fixtures::peer("inv")],
+    );
+    spans.add(
+        2,
+        Some(web),
+        "web",
+        "GET",
+        CLIENT,
+        20.0,
+        30.0,
+        vec![kv_int("retry", -1), http_status(200), fixtures::peer("inv")],
+    );
+    spans.add(
+        2,
+        Some(web),
+        "web",
+        "GET",
+        CLIENT,
+        40.0,
+        50.0,
+        vec![kv("retry", "3.5"), http_status(200), fixtures::peer("inv")],
+    );
+    let report = offline_and_live("stacked", &spans);
+    let entry = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["service"] == "api")
+        .unwrap();
+    assert_eq!(entry["storm_potential"], 12.0);
+    assert_eq!(report["traces"]["multi_layer_retry_traces"], 1);
+    let llm = edge(&report, "api", "llm");
+    assert_eq!(llm["attempts"], 12);
+    assert_eq!(llm["max_outer_attempt"], 3);
+    assert_eq!(layer(&report, "llm")["amplification"], 12.0);
+    let inv = edge(&report, "web", "inv");
+    assert_eq!(
+        inv["logical_calls"], 1,
+        "unreadable numbers never start a call"
+    );
+    assert_eq!(inv["retry_attempts"], 2);
+    assert_eq!(inv["max_attempt"], 2);
+    assert_eq!(inv["raw_success_rate"], 1.0);
+    assert_eq!(inv["effective_success_rate"], 0.0);
 }

@@ -20,17 +20,23 @@ use serde::de::DeserializeOwned;
 
 use stormglass_model::SPANS_SCHEMA;
 
+use crate::clock::{self, ClockBounds};
 use crate::histogram;
-use crate::lineage::{LINEAGE, lineage};
+use crate::lineage::{self, LINEAGE, Lineage};
 use crate::queries::{self, Query};
 
-/// `advice.*`, `orphans.*` and `deadlines.*`: the thresholds the SQL reads from `params`.
+/// `advice.*`, `orphans.*`, `deadlines.*` and `clocks.*`: the thresholds the SQL reads from
+/// `params`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
     pub deadline_tolerance_ms: f64,
     pub orphan_grace_ms: f64,
     pub min_backoff_ms: f64,
     pub timeout_factor: f64,
+    /// Clocks agreeing within this are not corrected (see [`crate::clock`]).
+    pub clock_tolerance_ms: f64,
+    /// A skew beyond this is a `clock_skew` finding.
+    pub clock_skew_threshold_ms: f64,
 }
 
 impl Default for Params {
@@ -40,8 +46,19 @@ impl Default for Params {
             orphan_grace_ms: 5.0,
             min_backoff_ms: 5.0,
             timeout_factor: 1.5,
+            clock_tolerance_ms: 1.0,
+            clock_skew_threshold_ms: 10.0,
         }
     }
+}
+
+/// What one chunk of a live window needs from the window's earlier chunks: the services
+/// that sent SERVER spans (a callee is instrumented or not for the whole window) and the
+/// clock bounds found so far (skew is estimated over the window). Empty offline.
+#[derive(Clone, Debug, Default)]
+pub struct WindowContext {
+    pub servers: Vec<String>,
+    pub clocks: ClockBounds,
 }
 
 impl Params {
@@ -51,6 +68,8 @@ impl Params {
             ("orphan_grace_ms", self.orphan_grace_ms),
             ("min_backoff_ms", self.min_backoff_ms),
             ("timeout_factor", self.timeout_factor),
+            ("clock_tolerance_ms", self.clock_tolerance_ms),
+            ("clock_skew_threshold_ms", self.clock_skew_threshold_ms),
         ];
         let schema = Schema::new(
             fields
@@ -106,6 +125,29 @@ pub struct Partials {
 impl Partials {
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
+    }
+
+    /// Intersect this interval's clock bounds (`partial_clock_skew`) into `bounds`.
+    pub fn clock_bounds_into(&self, bounds: &mut ClockBounds) {
+        #[derive(Deserialize)]
+        struct Row {
+            caller: String,
+            callee: String,
+            low_ms: f64,
+            high_ms: f64,
+            pairs: u64,
+        }
+        let Some(table) = self.table("partial_clock_skew") else {
+            return;
+        };
+        for r in rows::<Row>(table) {
+            let bound = clock::Bound {
+                low_ms: r.low_ms,
+                high_ms: r.high_ms,
+                pairs: r.pairs,
+            };
+            clock::add(bounds, (r.caller, r.callee), bound);
+        }
     }
 
     /// The partials of several chunks as one: every partial is mergeable by union (the
@@ -210,27 +252,32 @@ impl Engine {
             None => SessionContext::new_with_config(config),
         };
         histogram::register(&ctx);
+        clock::register(&ctx);
         ctx
     }
 
     /// A session over `spans` with `lineage`, `params` and every derived table registered.
     pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
-        self.derive_in_window(spans, &[]).await
+        self.derive_in_window(spans, &WindowContext::default())
+            .await
     }
 
-    /// [`Engine::derive`] for one chunk of a live window: `servers` are the services that
-    /// sent SERVER spans earlier in the window (the `window_servers` table), so a callee is
-    /// instrumented or not for the whole window, not per chunk.
+    /// [`Engine::derive`] for one chunk of a live window (see [`WindowContext`]): the
+    /// `window_servers` table, and clocks corrected by the window's bounds.
     pub async fn derive_in_window(
         &self,
         spans: RecordBatch,
-        servers: &[String],
+        window: &WindowContext,
     ) -> Result<SessionContext, AnalysisError> {
         let ctx = Self::session_with_limit(self.memory_limit);
-        let servers = window_servers(servers);
+        let servers = window_servers(&window.servers);
         register(&ctx, "window_servers", servers.schema(), vec![servers])?;
         let started = std::time::Instant::now();
-        let lineage = lineage(&spans);
+        let Lineage {
+            batch: lineage,
+            clock_pairs,
+        } = lineage::lineage_in_window(&spans, &window.clocks, self.params.clock_tolerance_ms);
+        register(&ctx, "clock_pairs", clock_pairs.schema(), vec![clock_pairs])?;
         let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
         tracing::debug!(elapsed_ms, "lineage computed");
         if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
@@ -266,7 +313,8 @@ impl Engine {
 
     /// Derive and aggregate one batch of spans.
     pub async fn analyse(&self, spans: RecordBatch) -> Result<Partials, AnalysisError> {
-        self.analyse_in_window(spans, &[]).await
+        self.analyse_in_window(spans, &WindowContext::default())
+            .await
     }
 
     /// `partial_latency` rows for late SERVER spans ([`queries::LATE_LATENCY`]).
@@ -280,9 +328,9 @@ impl Engine {
     pub async fn analyse_in_window(
         &self,
         spans: RecordBatch,
-        servers: &[String],
+        window: &WindowContext,
     ) -> Result<Partials, AnalysisError> {
-        let ctx = self.derive_in_window(spans, servers).await?;
+        let ctx = self.derive_in_window(spans, window).await?;
         self.partials(&ctx).await
     }
 

@@ -4,6 +4,7 @@
 //! ([`live`]) and offline ([`files`]) analysis share that SQL and the report ([`report`]).
 
 pub mod alerts;
+pub mod clock;
 pub mod engine;
 pub mod files;
 pub mod histogram;
@@ -13,7 +14,7 @@ pub mod queries;
 pub mod report;
 
 pub use alerts::{Alert, AlertDefinition, AlertThresholds};
-pub use engine::{AnalysisError, Engine, Params, Partials};
+pub use engine::{AnalysisError, Engine, Params, Partials, WindowContext};
 pub use live::{AnalysisMetrics, AnalyticsConfig, Faults, IntervalObserver, LiveAnalysis};
 pub use report::Report;
 pub use stormglass_assembly::{ReleasedTraces, TraceSink, duration};

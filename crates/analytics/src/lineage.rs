@@ -15,9 +15,11 @@
 //! | `depth` | number of ancestors present |
 //! | `is_call_span` | a CLIENT/INTERNAL span with CLIENT/INTERNAL children carrying attempt numbers: a gRPC-style call span whose children are its attempts |
 //! | `parent_is_call_span` | the parent is such a call span |
-//! | `call_parent_span_id`, `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
+//! | `call_anchor_deadline_ms`, `call_anchor_start_ns` | the anchor of the parent call span (the budget the whole call had to fit in), when the parent is one |
+//! | `call_parent_span_id`, `call_attempt`, `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
 //! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the span's first SERVER child by start (else null) |
-//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, or a numbered INTERNAL child of a call span |
+//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, a numbered INTERNAL child of a call span, or a numbered SERVER span whose parent is not an attempt (its caller, a proxy or gateway, sent no span for it); such a SERVER attempt is its own `server_*` span |
+//! | `caller_service` | attempts only: the service that made the attempt: its own, or for a SERVER attempt its parent's (null without a parent) |
 //! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
 //! | `is_first_attempt`, `is_last_attempt`, `prev_outcome`, `prev_end_ns` | attempts only: position within the call, and the outcome and end of the attempt before it in the call |
 //! | `call_server_service` | attempts only: the service of a SERVER span under any attempt of the call (the greatest, if several) |
@@ -30,6 +32,13 @@
 //! call, attempts are ordered by number, start and span id. (This was two SQL window passes
 //! over the whole table: the sort dominated every interval's analysis.)
 //!
+//! Clock skew: the completed attempts' SERVER children give each (caller service, callee
+//! service) the offsets its callee's clock may have (see [`crate::clock`]), intersected with
+//! what earlier chunks of the live window gave (`prior`); every span of a callee's subtree
+//! is then shifted by the offsets along its path from the root, so `start_ns`, `end_ns` and
+//! every time copied from another span are in the root service's clock. The pairs are
+//! returned as the `clock_pairs` table (caller, callee, low_ms, high_ms).
+//!
 //! Each span's values derive from its parent's, so every span is computed once (memoised,
 //! iteratively, so deep traces cannot overflow the stack). A parent cycle in bad data is
 //! cut where it closes: that span is treated as a root.
@@ -37,9 +46,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
+use crate::clock::{self, Bound, ClockBounds};
+
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Float64Array, Int32Array,
-    Int64Array, RecordBatch, UInt32Array,
+    Int64Array, RecordBatch, StringArray, UInt32Array,
 };
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef};
@@ -49,8 +60,9 @@ use stormglass_model::schema::{self as col, SPAN_ID_LEN};
 pub const LINEAGE: &str = "lineage";
 
 /// Span columns copied from the parent call span (prefix `call_`).
-const CALL_COLUMNS: [&str; 6] = [
+const CALL_COLUMNS: [&str; 7] = [
     col::PARENT_SPAN_ID,
+    col::ATTEMPT,
     col::CALLEE_HINT,
     col::DEADLINE_MS,
     col::IDEMPOTENT,
@@ -119,6 +131,17 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             .with_name("call_server_service")
             .with_nullable(true),
     );
+    fields.push(
+        span_field(col::SERVICE_NAME)
+            .with_name("caller_service")
+            .with_nullable(true),
+    );
+    fields.push(Field::new(
+        "call_anchor_deadline_ms",
+        DataType::Float64,
+        true,
+    ));
+    fields.push(Field::new("call_anchor_start_ns", DataType::Int64, true));
     fields.extend(CALL_COLUMNS.iter().map(|name| {
         span_field(name)
             .with_name(format!("call_{name}"))
@@ -132,8 +155,27 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(fields))
 });
 
+/// The schema of `clock_pairs`: one row per completed attempt with a SERVER child on
+/// another service.
+pub static CLOCK_PAIRS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new("caller", DataType::Utf8, false),
+        Field::new("callee", DataType::Utf8, false),
+        Field::new("low_ms", DataType::Float64, false),
+        Field::new("high_ms", DataType::Float64, false),
+    ]))
+});
+
+/// The lineage table and the clock pairs it was corrected with.
+pub struct Lineage {
+    pub batch: RecordBatch,
+    pub clock_pairs: RecordBatch,
+}
+
 #[derive(Clone, Copy)]
 struct Node {
+    /// Nanoseconds added to this span's times to bring them into the root's clock.
+    offset_ns: i64,
     upstream_retry: bool,
     anchor: Option<(f64, i64)>,
     upstream_attempt: Option<usize>,
@@ -141,8 +183,15 @@ struct Node {
     depth: i32,
 }
 
-/// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`]).
+/// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`])
+/// on its own, with the default clock tolerance.
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
+    lineage_in_window(spans, &ClockBounds::new(), 1.0).batch
+}
+
+/// Compute the lineage of one chunk of a window whose earlier chunks gave `prior` clock
+/// bounds; clocks agreeing within `tolerance_ms` are not corrected.
+pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms: f64) -> Lineage {
     let column = |name: &str| column(spans, name);
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
     let span = column(col::SPAN_ID).as_fixed_size_binary();
@@ -171,6 +220,21 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
         .collect();
     drop(index);
     let parent_of = |row: usize| parent_rows[row];
+    let (clock_pairs, offsets) = clock_offsets(spans, &parent_rows, prior, tolerance_ms);
+    let service = column(col::SERVICE_NAME).as_string::<i32>();
+    let edge_offset = |p: usize, row: usize| -> i64 {
+        if offsets.is_empty() || kind.value(row) != "server" {
+            return 0;
+        }
+        let (caller, callee) = (service.value(p), service.value(row));
+        if caller == callee {
+            return 0;
+        }
+        offsets
+            .get(&(caller.to_owned(), callee.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
     // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
     let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
     let mut is_call = vec![false; rows];
@@ -185,10 +249,12 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
     }
     // A call span is not an attempt: the attempts under it work for the call's own upstream
     // attempt, so the call graph (storm potential) runs through it.
-    let derive = |p: usize, above: &Node| Node {
-        upstream_retry: above.upstream_retry || (attempt.is_valid(p) && attempt.value(p) > 0),
+    let derive = |row: usize, p: usize, above: &Node| Node {
+        offset_ns: above.offset_ns + edge_offset(p, row),
+        // Any number but 0 is a retry, including an unreadable one.
+        upstream_retry: above.upstream_retry || (attempt.is_valid(p) && attempt.value(p) != 0),
         anchor: if deadline.is_valid(p) {
-            Some((deadline.value(p), start.value(p)))
+            Some((deadline.value(p), start.value(p) + above.offset_ns))
         } else {
             above.anchor
         },
@@ -220,8 +286,9 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
             on_path[row] = false;
             // A parent still uncomputed here closes a cycle: cut it, this span is a root.
             let node = match parent_of(row).and_then(|p| nodes[p].map(|above| (p, above))) {
-                Some((p, above)) => derive(p, &above),
+                Some((p, above)) => derive(row, p, &above),
                 None => Node {
+                    offset_ns: 0,
                     upstream_retry: false,
                     anchor: None,
                     upstream_attempt: None,
@@ -245,16 +312,144 @@ pub fn lineage(spans: &RecordBatch) -> RecordBatch {
     let call_parent: Vec<Option<usize>> = (0..rows)
         .map(|row| parent_of(row).filter(|p| is_call[*p]))
         .collect();
-    let calls = logical_calls(spans, &is_call, &call_parent, &server_child);
-    build(
-        spans,
+    // Attempts: CLIENT spans that are not call spans, numbered INTERNAL children of call
+    // spans, and numbered SERVER spans whose caller sent no attempt span (a proxy or
+    // gateway without tracing: its retries are visible only on the callee's side).
+    let sent_attempt = |row: usize| {
+        !is_call[row]
+            && match kind.value(row) {
+                "client" => true,
+                "internal" => attempt.is_valid(row) && call_parent[row].is_some(),
+                _ => false,
+            }
+    };
+    let is_attempt: Vec<bool> = (0..rows)
+        .map(|row| {
+            sent_attempt(row)
+                || (kind.value(row) == "server"
+                    && attempt.is_valid(row)
+                    && parent_of(row).is_none_or(|p| !sent_attempt(p)))
+        })
+        .collect();
+    // The attempt that made a SERVER attempt is itself: it is its own callee's span.
+    for row in 0..rows {
+        if is_attempt[row] && kind.value(row) == "server" {
+            server_child[row] = Some(row);
+        }
+    }
+    // Who made each attempt: its own service, or a SERVER attempt's parent's (none for a
+    // SERVER attempt without a parent).
+    let caller_of: Vec<Option<usize>> = (0..rows)
+        .map(|row| match (is_attempt[row], kind.value(row)) {
+            (false, _) => None,
+            (true, "server") => parent_of(row),
+            (true, _) => Some(row),
+        })
+        .collect();
+    let calls = logical_calls(spans, &is_attempt, &call_parent, &server_child);
+    let corrected = in_root_clock(spans, &nodes);
+    let links = Links {
+        is_call: &is_call,
+        call_parent: &call_parent,
+        server_child: &server_child,
+        caller_of: &caller_of,
+    };
+    let batch = build(
+        corrected.as_ref().unwrap_or(spans),
         span,
         nodes,
-        &is_call,
-        &call_parent,
-        &server_child,
+        &links,
         &calls,
-    )
+    );
+    Lineage { batch, clock_pairs }
+}
+
+/// The chunk's clock pairs, and the offset (ns) to add to each service pair's callee times:
+/// the chunk's bounds intersected with `prior`'s (see [`crate::clock`]).
+fn clock_offsets(
+    spans: &RecordBatch,
+    parent_rows: &[Option<usize>],
+    prior: &ClockBounds,
+    tolerance_ms: f64,
+) -> (RecordBatch, HashMap<(String, String), i64>) {
+    let column = |name: &str| column(spans, name);
+    let kind = column(col::KIND).as_string::<i32>();
+    let service = column(col::SERVICE_NAME).as_string::<i32>();
+    let outcome = column(col::OUTCOME).as_string::<i32>();
+    let ctx_cancelled = column(col::CTX_CANCELLED).as_boolean();
+    let pending = column(col::PENDING).as_boolean();
+    let start = column(col::START_NS).as_primitive::<Int64Type>();
+    let end = column(col::END_NS).as_primitive::<Int64Type>();
+    let (mut callers, mut callees, mut lows, mut highs) = (vec![], vec![], vec![], vec![]);
+    let mut bounds = prior.clone();
+    for (row, parent) in parent_rows.iter().enumerate() {
+        let Some(p) = *parent else { continue };
+        // Only an answered call must contain its callee's span.
+        if kind.value(row) != "server"
+            || service.value(p) == service.value(row)
+            || matches!(outcome.value(p), "deadline" | "cancelled")
+            || ctx_cancelled.value(p)
+            || ctx_cancelled.value(row)
+            || pending.value(p)
+            || pending.value(row)
+        {
+            continue;
+        }
+        let low_ms = (start.value(p) - start.value(row)) as f64 / 1e6;
+        let high_ms = (end.value(p) - end.value(row)) as f64 / 1e6;
+        let pair = (service.value(p).to_owned(), service.value(row).to_owned());
+        let bound = Bound {
+            low_ms,
+            high_ms,
+            pairs: 1,
+        };
+        clock::add(&mut bounds, pair, bound);
+        callers.push(service.value(p));
+        callees.push(service.value(row));
+        lows.push(low_ms);
+        highs.push(high_ms);
+    }
+    let pairs = RecordBatch::try_new(
+        CLOCK_PAIRS_SCHEMA.clone(),
+        vec![
+            Arc::new(StringArray::from(callers)),
+            Arc::new(StringArray::from(callees)),
+            Arc::new(Float64Array::from(lows)),
+            Arc::new(Float64Array::from(highs)),
+        ],
+    );
+    let pairs = match pairs {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("clock pair columns follow CLOCK_PAIRS_SCHEMA: {e}"),
+    };
+    let offsets = bounds
+        .into_iter()
+        .filter_map(|(pair, b)| {
+            let ns = (clock::offset_ms(b.low_ms, b.high_ms, tolerance_ms) * 1e6).round() as i64;
+            (ns != 0).then_some((pair, ns))
+        })
+        .collect();
+    (pairs, offsets)
+}
+
+/// `spans` with `start_ns` and `end_ns` shifted into the root's clock, or `None` when no
+/// span needs it.
+fn in_root_clock(spans: &RecordBatch, nodes: &[Option<Node>]) -> Option<RecordBatch> {
+    let offset = |row: usize| nodes[row].map_or(0, |n| n.offset_ns);
+    if (0..spans.num_rows()).all(|row| offset(row) == 0) {
+        return None;
+    }
+    let mut columns = spans.columns().to_vec();
+    for name in [col::START_NS, col::END_NS] {
+        let index = spans.schema().index_of(name).ok()?;
+        let times = columns[index].as_primitive::<Int64Type>();
+        let shifted: Int64Array = (0..times.len())
+            .map(|row| times.value(row) + offset(row))
+            .collect::<Vec<i64>>()
+            .into();
+        columns[index] = Arc::new(shifted);
+    }
+    RecordBatch::try_new(spans.schema(), columns).ok()
 }
 
 /// A column of a batch following the span schema.
@@ -310,6 +505,9 @@ struct CallSlot {
     first: bool,
     last: bool,
     previous: Option<usize>,
+    /// The attempt number: the span's own, 0 when it has none, and for an unreadable one
+    /// the number after the attempt before it (1 when none is).
+    number: i32,
     /// The SERVER span (under any attempt of the call) whose service sorts last.
     server: Option<usize>,
 }
@@ -317,7 +515,7 @@ struct CallSlot {
 /// Group attempts into logical calls (see the module docs for the order).
 fn logical_calls(
     spans: &RecordBatch,
-    is_call: &[bool],
+    is_attempt: &[bool],
     call_parent: &[Option<usize>],
     server_child: &[Option<usize>],
 ) -> Vec<CallSlot> {
@@ -325,7 +523,6 @@ fn logical_calls(
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
     let span = column(col::SPAN_ID).as_fixed_size_binary();
     let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
-    let kind = column(col::KIND).as_string::<i32>();
     let attempt = column(col::ATTEMPT).as_primitive::<Int32Type>();
     let hint = column(col::CALLEE_HINT).as_string::<i32>();
     let operation = column(col::OPERATION).as_string::<i32>();
@@ -333,14 +530,6 @@ fn logical_calls(
     let service = column(col::SERVICE_NAME).as_string::<i32>();
 
     let rows = spans.num_rows();
-    let is_attempt = |row: usize| {
-        !is_call[row]
-            && match kind.value(row) {
-                "client" => true,
-                "internal" => attempt.is_valid(row) && call_parent[row].is_some(),
-                _ => false,
-            }
-    };
     // COALESCE(callee_hint, the call span's callee_hint)
     let hint_of = |row: usize| {
         (hint.is_valid(row))
@@ -354,7 +543,12 @@ fn logical_calls(
             0
         }
     };
-    let attempts: Vec<usize> = (0..rows).filter(|r| is_attempt(*r)).collect();
+    // Where starts tie, an unreadable number sorts after every readable one.
+    let sort_number = |row: usize| match number(row) {
+        col::UNREADABLE_ATTEMPT => i32::MAX,
+        n => n,
+    };
+    let attempts: Vec<usize> = (0..rows).filter(|r| is_attempt[*r]).collect();
     let hint_ranks = ranks(attempts.iter().filter_map(|&r| hint_of(r)));
     let operation_of = |row: usize| operation.is_valid(row).then(|| operation.value(row));
     let operation_ranks = ranks(attempts.iter().filter_map(|&r| operation_of(r)));
@@ -373,7 +567,7 @@ fn logical_calls(
         .iter()
         .map(|&row| {
             let at = start.value(row);
-            (key_of(row), at, number(row), span_int(span, row), row)
+            (key_of(row), at, sort_number(row), span_int(span, row), row)
         })
         .collect();
     order.sort_unstable();
@@ -382,7 +576,17 @@ fn logical_calls(
     let mut id = 0i64;
     let mut members: Vec<usize> = Vec::new();
     let flush = |members: &mut Vec<usize>, slots: &mut Vec<CallSlot>| {
-        members.sort_unstable_by_key(|&row| (number(row), start.value(row), span_int(span, row)));
+        // Members arrive in start order: an unreadable number follows the one before it.
+        let mut before: Option<i32> = None;
+        for &row in members.iter() {
+            let n = match number(row) {
+                col::UNREADABLE_ATTEMPT => before.map_or(1, |b| b + 1),
+                n => n,
+            };
+            slots[row].number = n;
+            before = Some(n);
+        }
+        members.sort_by_key(|&row| (slots[row].number, start.value(row), span_int(span, row)));
         let server = members
             .iter()
             .filter_map(|&row| server_child[row])
@@ -423,15 +627,28 @@ fn gather(column: &ArrayRef, indices: &[Option<usize>]) -> ArrayRef {
     }
 }
 
+/// Per span, the rows it is linked to (see the module docs).
+#[derive(Clone, Copy)]
+struct Links<'a> {
+    is_call: &'a [bool],
+    call_parent: &'a [Option<usize>],
+    server_child: &'a [Option<usize>],
+    caller_of: &'a [Option<usize>],
+}
+
 fn build(
     spans: &RecordBatch,
     span: &FixedSizeBinaryArray,
     nodes: Vec<Option<Node>>,
-    is_call: &[bool],
-    call_parent: &[Option<usize>],
-    server_child: &[Option<usize>],
+    links: &Links,
     calls: &[CallSlot],
 ) -> RecordBatch {
+    let Links {
+        is_call,
+        call_parent,
+        server_child,
+        caller_of,
+    } = *links;
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let span_at = |row: usize| span.value(row);
     let ids = |f: &dyn Fn(&Node) -> Option<usize>| -> FixedSizeBinaryArray {
@@ -445,6 +662,19 @@ fn build(
     };
     let by_name = |name: &str| column(spans, name);
     let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
+    // An attempt whose number was unreadable takes the number its call gives it.
+    let attempt = by_name(col::ATTEMPT).as_primitive::<Int32Type>();
+    if attempt.iter().any(|n| n == Some(col::UNREADABLE_ATTEMPT)) {
+        let numbers: Int32Array = (0..attempt.len())
+            .map(|row| match calls[row].id {
+                Some(_) => Some(calls[row].number),
+                None => attempt.is_valid(row).then(|| attempt.value(row)),
+            })
+            .collect();
+        if let Ok(index) = spans.schema().index_of(col::ATTEMPT) {
+            columns[index] = Arc::new(numbers);
+        }
+    }
     columns.extend([
         Arc::new(BooleanArray::from_iter(
             nodes.iter().map(|n| Some(n.upstream_retry)),
@@ -478,6 +708,14 @@ fn build(
     columns.push(gather(by_name(col::END_NS), &previous));
     let call_server: Vec<Option<usize>> = calls.iter().map(|c| c.server).collect();
     columns.push(gather(by_name(col::SERVICE_NAME), &call_server));
+    columns.push(gather(by_name(col::SERVICE_NAME), caller_of));
+    let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
+    columns.push(Arc::new(Float64Array::from_iter(
+        (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.0)),
+    )));
+    columns.push(Arc::new(Int64Array::from_iter(
+        (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.1)),
+    )));
     columns.extend(
         CALL_COLUMNS
             .iter()
@@ -507,6 +745,12 @@ mod tests {
         let (batch, report) =
             encode_request(&Conventions::default(), &request(vec![("svc", spans)]));
         assert_eq!(report.rejected, 0);
+        lineage(&batch)
+    }
+
+    /// [`lineage_of`] for spans with malformed attributes.
+    fn lineage_of_lenient(spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>) -> RecordBatch {
+        let (batch, _) = encode_request(&Conventions::default(), &request(vec![("svc", spans)]));
         lineage(&batch)
     }
 
@@ -553,6 +797,31 @@ mod tests {
             .as_primitive::<arrow::datatypes::Int64Type>();
         assert_eq!(calls.value(1), calls.value(2), "one logical call");
         assert_eq!(bools(&l, "is_first_attempt")[1..], [true, false]);
+    }
+
+    /// An unreadable attempt number (`retry=-1`) is a retry, never a first attempt: it stays
+    /// in its call, numbered after the attempt before it, and marks what runs under it.
+    #[test]
+    fn unreadable_attempt_numbers_are_retries() {
+        let spans = vec![
+            span(1, 1, "root", 2, 0, 100, vec![]),
+            child_of(span(1, 2, "GET", 3, 5, 6, vec![kv_int("retry", 0)]), 1),
+            child_of(span(1, 3, "GET", 3, 7, 8, vec![kv_int("retry", -1)]), 1),
+            child_of(span(1, 4, "serve", 2, 7, 8, vec![]), 3),
+        ];
+        let l = lineage_of_lenient(spans);
+        let calls = l
+            .column_by_name("logical_call_id")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(calls.value(1), calls.value(2), "one logical call");
+        assert_eq!(bools(&l, "is_first_attempt")[1..3], [true, false]);
+        let attempt = l
+            .column_by_name(col::ATTEMPT)
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        assert_eq!((attempt.value(1), attempt.value(2)), (0, 1));
+        assert!(bools(&l, "upstream_retry")[3], "work for a retry");
     }
 
     /// A retry anywhere above marks every descendant; budgets anchor on the nearest

@@ -37,7 +37,8 @@ use stormglass_model::{SPANS_SCHEMA, schema};
 use tokio::sync::{Notify, watch};
 
 use crate::alerts::{self, AlertThresholds};
-use crate::engine::{AnalysisError, Engine, Partials};
+use crate::clock::ClockBounds;
+use crate::engine::{AnalysisError, Engine, Partials, WindowContext};
 use crate::report::{Report, WindowBounds};
 
 /// `analytics.*` configuration.
@@ -429,13 +430,7 @@ impl LiveAnalysis {
     async fn analyse_next(&self, all: bool) -> Option<usize> {
         let (batch, reservation, spans, taken) = self.take_chunk(all)?;
         let started = Instant::now();
-        let servers: Vec<String> = self
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let window = self.window_context().await;
         let seen = server_services(&batch);
         let engine = self.engine.clone();
         let faults = self.faults.clone();
@@ -451,7 +446,7 @@ impl LiveAnalysis {
             {
                 panic!("injected analysis panic (STORMGLASS_TEST_FAULTS)");
             }
-            engine.analyse_in_window(batch, &servers).await
+            engine.analyse_in_window(batch, &window).await
         })
         .await;
         drop(reservation);
@@ -486,6 +481,26 @@ impl LiveAnalysis {
             .chunk_duration
             .observe(started.elapsed().as_secs_f64());
         Some(taken)
+    }
+
+    /// What the next chunk needs from the window: the services seen serving, and the clock
+    /// bounds of the window's intervals and of the current one's chunks so far.
+    async fn window_context(&self) -> WindowContext {
+        let servers: Vec<String> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let mut clocks = ClockBounds::new();
+        for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            interval.partials.clock_bounds_into(&mut clocks);
+        }
+        for chunk in &self.current.lock().await.chunks {
+            chunk.clock_bounds_into(&mut clocks);
+        }
+        WindowContext { servers, clocks }
     }
 
     /// Take queued traces up to a chunk's bytes, as one batch with its reservation: when a

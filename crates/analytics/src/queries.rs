@@ -47,11 +47,13 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_orphans"),
     query!("partial_orphan_list"),
     query!("partial_links"),
+    query!("partial_clock_skew"),
 ];
 
 /// Window figures, in dependency order.
 pub const REPORT: &[Query] = &[
     query!("layers"),
+    query!("clock_skew"),
     query!("edges"),
     query!("edge_causes"),
     query!("entry_operations"),

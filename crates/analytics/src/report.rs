@@ -54,6 +54,10 @@ pub struct EdgeFigures {
     pub retries_by_cause: BTreeMap<String, u64>,
     pub edge_amplification: Option<f64>,
     pub max_attempt: Option<i64>,
+    /// The highest attempt number of an in-process retry loop around this edge's calls
+    /// (an INTERNAL span carrying `retry` over CLIENT attempts); null when there is none.
+    #[serde(default)]
+    pub max_outer_attempt: Option<i64>,
     pub timeout_ms: Option<f64>,
     pub callee_p999_ms: Option<f64>,
     pub timeout_below_tail: Option<bool>,
@@ -64,6 +68,10 @@ pub struct EdgeFigures {
     pub timeout_retries_on_writes: u64,
     pub immediate_retries: u64,
     pub deadline_inversions: u64,
+    /// How far the callee's clock reads ahead of the caller's (ms), estimated from their
+    /// answered calls; null when no call was answered.
+    #[serde(default)]
+    pub clock_skew_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -305,7 +313,9 @@ pub async fn register_storm_potential(
 }
 
 /// Storm potential per entry operation: over the call chains observed below it, the largest
-/// product of (max attempt number observed on the edge + 1). For the usual call tree that
+/// product of (max attempt number observed on the edge + 1), an in-process retry loop around
+/// an edge's calls multiplying by its own (max outer attempt + 1): 4 loop tries around an
+/// HTTP client that tries 3 times is 12. For the usual call tree that
 /// is the product along the deepest chain (27 for three layers retrying 3x each); where two
 /// chains differ, the worse one is what a full outage would do, so it is the one reported.
 /// A cycle in the call graph is cut where it closes. Entries without calls have 1.
@@ -314,7 +324,8 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
         .iter()
         .map(|e| {
             let key = (e.caller.clone(), e.callee.clone(), e.operation.clone());
-            (key, e.max_attempt.unwrap_or(0).max(0) as f64 + 1.0)
+            let tries = |n: Option<i64>| n.unwrap_or(0).max(0) as f64 + 1.0;
+            (key, tries(e.max_attempt) * tries(e.max_outer_attempt))
         })
         .collect();
     let mut by_entry: HashMap<(String, String), Vec<&Link>> = HashMap::new();

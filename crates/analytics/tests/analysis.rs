@@ -615,3 +615,74 @@ async fn chunked_interval_equals_offline() {
     assert_eq!(live.window.spans, offline.window.spans);
     assert_eq!(live.window.traces, offline.window.traces);
 }
+
+/// A deadline on a gRPC call span (the shape where the call span's INTERNAL children are
+/// its attempts) is the call's budget, checked against the budget above the call span:
+/// under an 800 ms handler, two sequential calls of 300 ms are fine, two of 500 ms
+/// overcommit it, and one of 900 ms is an inversion (none was seen before: the call span's
+/// budget was nobody's).
+#[tokio::test]
+async fn deadline_on_grpc_call_span() {
+    use fixtures::{CLIENT, INTERNAL, SERVER, deadline, grpc_status};
+    use stormglass_model::testing::kv;
+    let mut s = Spans::default();
+    let handler = |s: &mut Spans, trace: u32, budgets: &[i64]| {
+        let p = s.add(
+            trace,
+            None,
+            "web",
+            "GET /",
+            SERVER,
+            0.0,
+            800.0,
+            vec![deadline(800)],
+        );
+        for (i, budget) in budgets.iter().enumerate() {
+            let at = 1.0 + 100.0 * i as f64;
+            let grpc = |extra: Vec<_>| {
+                let mut v = vec![kv("rpc.service", "back"), kv("rpc.method", "Get")];
+                v.extend(extra);
+                v
+            };
+            let call = s.add(
+                trace,
+                Some(p),
+                "web",
+                "Get",
+                CLIENT,
+                at,
+                at + 50.0,
+                grpc(vec![deadline(*budget)]),
+            );
+            let attrs = grpc(vec![kv("previous-rpc-attempts", "0"), grpc_status(0)]);
+            s.add(
+                trace,
+                Some(call),
+                "web",
+                "Get",
+                INTERNAL,
+                at + 1.0,
+                at + 49.0,
+                attrs,
+            );
+        }
+    };
+    handler(&mut s, 1, &[300, 300]);
+    handler(&mut s, 2, &[500, 500]);
+    handler(&mut s, 3, &[900]);
+    let r = report(&s).await;
+    assert_eq!(findings(&r, "overcommit"), 1, "{:?}", r.findings);
+    assert_eq!(findings(&r, "deadline_inversion"), 1, "{:?}", r.findings);
+    let inversion = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "deadline_inversion")
+        .unwrap();
+    assert_eq!(
+        inversion
+            .example_trace_id
+            .as_deref()
+            .map(|t| t.ends_with("03")),
+        Some(true)
+    );
+}

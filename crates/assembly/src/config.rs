@@ -18,10 +18,11 @@ pub struct AssemblyConfig {
     pub max_age: Duration,
     /// Most spans held at once; over it new spans are refused with a retryable answer.
     pub max_spans: usize,
-    /// How long released trace ids are remembered, so that spans arriving after their trace
-    /// are counted as late instead of starting a new, partial trace.
-    #[serde(with = "duration")]
-    pub late_memory: Duration,
+    /// How many released trace ids are remembered, so that spans arriving after their trace
+    /// are counted as late instead of re-opening it as a new, partial trace; 0 sizes it
+    /// from `limits.memory` (a 32nd of it, at [`crate::RELEASED_ID_BYTES`] per id: about
+    /// a million ids per GiB). The oldest half is forgotten when it is full.
+    pub released_ids: usize,
 }
 
 impl Default for AssemblyConfig {
@@ -30,7 +31,7 @@ impl Default for AssemblyConfig {
             idle: Duration::from_secs(10),
             max_age: Duration::from_secs(60),
             max_spans: 2_000_000,
-            late_memory: Duration::from_secs(60),
+            released_ids: 0,
         }
     }
 }
@@ -58,11 +59,6 @@ impl AssemblyConfig {
             self.max_spans > 0,
             "max_spans",
             "must be greater than 0 (e.g. 2000000)",
-        );
-        check(
-            !self.late_memory.is_zero(),
-            "late_memory",
-            "must be greater than 0 (e.g. 60s)",
         );
         problems
     }

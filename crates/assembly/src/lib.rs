@@ -23,7 +23,9 @@
 //! whole with a retryable answer, never stored in part. A trace that grows to a quarter of
 //! the analysis's share of the budget (at most 256 MiB) is released at once (`reason="max_size"`; its later spans are late), so no
 //! released batch comes near Arrow's 2 GiB of string offsets per column. Released trace ids are remembered
-//! for `assembly.late_memory` so spans arriving after their trace are counted as late.
+//! (`assembly.released_ids`, sized from the budget by default, the oldest half forgotten when
+//! full) so spans arriving after their trace are counted as late: at 5,000 traces a second a
+//! 1 GiB budget remembers the last 200 s or more, rather than a fixed minute.
 //! A span seen twice in an open trace (same span id: exporters retry requests whose answer
 //! was lost, and re-send batches) is kept once and counted as a duplicate.
 //! Accounting at any quiet moment: accepted = released + late + open + duplicates.
@@ -73,6 +75,10 @@ const COMPACT_WHEN: usize = 8;
 /// ...and it holds at least this much memory (smaller ones are not worth the copy).
 const COMPACT_MIN_BYTES: usize = 64 << 10;
 
+/// Memory of one remembered released trace id (16 bytes in a hash set: control bytes and
+/// spare capacity included), for sizing `assembly.released_ids` from the budget.
+pub const RELEASED_ID_BYTES: usize = 32;
+
 /// Upper bound of a released chunk, far below Arrow's 2 GiB of string offsets per column.
 const MAX_CHUNK_BYTES: usize = 256 << 20;
 
@@ -92,8 +98,6 @@ pub struct Assembly {
     open_traces: AtomicUsize,
     /// Arrow memory of the stored batches.
     held_bytes: Arc<AtomicUsize>,
-    /// Start of generation 0 of released ids.
-    started: Instant,
 }
 
 /// A stored batch, shared by the rows of open traces that point into it; freed, with its
@@ -121,10 +125,11 @@ struct Shard {
     age: VecDeque<(Instant, TraceId)>,
     /// Traces that reached the chunk size, released at the next round.
     full: Vec<TraceId>,
-    /// Released trace ids in two generations; the older is forgotten on rotation.
+    /// Released trace ids in two generations; when the newer is full, the older is
+    /// forgotten and the newer takes its place.
     released: [HashSet<TraceId, TraceIdHash>; 2],
-    /// The generation `released[0]` belongs to (see [`Assembly::generation`]).
-    generation: u64,
+    /// Ids per generation: the shard's part of `assembly.released_ids`, halved.
+    ids_per_generation: usize,
 }
 
 struct OpenTrace {
@@ -144,7 +149,12 @@ impl Assembly {
         metrics: AssemblyMetrics,
         budget: MemoryBudget,
     ) -> Self {
-        metrics.limit(config.max_spans);
+        let released_ids = match config.released_ids {
+            0 => budget.limit() / 32 / RELEASED_ID_BYTES,
+            n => n,
+        };
+        metrics.limit(config.max_spans, released_ids);
+        let ids_per_generation = (released_ids / SHARDS / 2).max(1);
         let hash = TraceIdHash::default();
         let shards = (0..SHARDS)
             .map(|_| {
@@ -154,7 +164,7 @@ impl Assembly {
                     age: VecDeque::new(),
                     full: Vec::new(),
                     released: [HashSet::with_hasher(hash), HashSet::with_hasher(hash)],
-                    generation: 0,
+                    ids_per_generation,
                 })
             })
             .collect();
@@ -172,16 +182,7 @@ impl Assembly {
             open_spans: AtomicUsize::new(0),
             open_traces: AtomicUsize::new(0),
             held_bytes: Arc::new(AtomicUsize::new(0)),
-            started: Instant::now(),
         }
-    }
-
-    /// The generation of released ids at `now`: one per `assembly.late_memory`, the same
-    /// clock for every shard, so an id is remembered between one and two of them.
-    fn generation(&self, now: Instant) -> u64 {
-        let age = now.saturating_duration_since(self.started).as_nanos();
-        let period = self.config.late_memory.as_nanos().max(1);
-        u64::try_from(age / period).unwrap_or(u64::MAX)
     }
 
     pub fn config(&self) -> &AssemblyConfig {
@@ -263,7 +264,6 @@ impl Assembly {
                 continue;
             }
             let mut shard = self.shard(index);
-            shard.rotate_released(self.generation(now));
             for &row in rows {
                 let id = trace_id(ids, row as usize);
                 if shard.is_released(&id) {
@@ -339,7 +339,6 @@ impl Assembly {
         let mut due = Vec::new();
         for index in 0..SHARDS {
             let mut shard = self.shard(index);
-            shard.rotate_released(self.generation(now));
             shard.take_due(now, &self.config, &mut due);
         }
         self.release(due)
@@ -571,18 +570,6 @@ impl OpenTrace {
 }
 
 impl Shard {
-    /// Move the released ids on to `generation`: the current set becomes the older one,
-    /// and what is older than that is forgotten.
-    fn rotate_released(&mut self, generation: u64) {
-        match generation.saturating_sub(self.generation) {
-            0 => return,
-            1 => self.released.swap(0, 1),
-            _ => self.released[1].clear(),
-        }
-        self.released[0].clear();
-        self.generation = generation;
-    }
-
     fn is_released(&self, id: &TraceId) -> bool {
         self.released
             .iter()
@@ -592,6 +579,10 @@ impl Shard {
     /// Remove an open trace and remember its id as released.
     fn take(&mut self, id: TraceId) -> Option<OpenTrace> {
         let trace = self.traces.remove(&id)?;
+        if self.released[0].len() >= self.ids_per_generation {
+            self.released.swap(0, 1);
+            self.released[0].clear();
+        }
         self.released[0].insert(id);
         Some(trace)
     }

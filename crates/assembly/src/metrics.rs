@@ -29,6 +29,7 @@ pub struct AssemblyMetrics {
     traces: IntGauge,
     memory_bytes: IntGauge,
     max_spans: IntGauge,
+    released_ids: IntGauge,
     late_spans: IntCounter,
     duplicate_spans: IntCounter,
     released_spans: IntCounter,
@@ -78,6 +79,10 @@ impl AssemblyMetrics {
                 "stormglass_assembly_max_spans",
                 "The assembly.max_spans bound; spans are refused (retryably) above it.",
             )?,
+            released_ids: gauge(
+                "stormglass_assembly_released_ids_limit",
+                "Released trace ids remembered at most (assembly.released_ids): a span of a remembered trace is late; of a forgotten one, it opens a new trace.",
+            )?,
             late_spans: counter(
                 "stormglass_assembly_late_spans_total",
                 "Spans that arrived after their trace was released: counted, not analysed.",
@@ -105,9 +110,11 @@ impl AssemblyMetrics {
         }
     }
 
-    pub(crate) fn limit(&self, max_spans: usize) {
+    pub(crate) fn limit(&self, max_spans: usize, released_ids: usize) {
         self.max_spans
             .set(i64::try_from(max_spans).unwrap_or(i64::MAX));
+        self.released_ids
+            .set(i64::try_from(released_ids).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn open(&self, spans: usize, traces: usize, bytes: usize) {

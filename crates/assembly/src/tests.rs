@@ -18,6 +18,13 @@ fn batch(spans: &[(u8, u8)]) -> RecordBatch {
     encode_request(&Conventions::default(), &request(vec![("svc", spans)])).0
 }
 
+/// One span of a trace numbered beyond `batch`'s 255.
+fn batch_of_trace(trace: u32) -> RecordBatch {
+    let mut s = span(0, 1, "op", SERVER, 0, 1, vec![]);
+    s.trace_id[12..].copy_from_slice(&trace.to_be_bytes());
+    encode_request(&Conventions::default(), &request(vec![("svc", vec![s])])).0
+}
+
 fn assembly(config: AssemblyConfig) -> (Assembly, Arc<MemorySink>) {
     assembly_with(config, MemoryBudget::unregistered(1 << 30))
 }
@@ -38,7 +45,7 @@ fn config() -> AssemblyConfig {
         idle: Duration::from_secs(10),
         max_age: Duration::from_secs(60),
         max_spans: 100,
-        late_memory: Duration::from_secs(60),
+        released_ids: 0,
     }
 }
 
@@ -126,20 +133,34 @@ fn late_spans_are_counted_not_reopened() {
     assert_eq!(rows(&late_servers[0]), vec![(1, 2)]);
 }
 
-/// Released ids are forgotten after two rotations of late_memory.
+/// Released ids are remembered however long ago their trace left (a span 10 minutes late
+/// is still late, not a new trace); memory stays bounded: with room for 64 ids (2 per
+/// generation and shard), releasing a thousand more traces forgets the first.
 #[test]
-fn late_memory_is_bounded() {
+fn released_ids_bounded_by_count_not_time() {
     let (a, _sink) = assembly(config());
     let t0 = Instant::now();
     a.accept_at(batch(&[(1, 1)]), t0).unwrap();
     a.release_due(t0 + Duration::from_secs(10));
-    a.accept_at(batch(&[(9, 1)]), t0 + Duration::from_secs(61))
+    a.accept_at(batch(&[(1, 2)]), t0 + Duration::from_secs(600))
         .unwrap();
-    a.accept_at(batch(&[(9, 2)]), t0 + Duration::from_secs(122))
+    assert_eq!(a.open(), (0, 0), "still late after 10 minutes");
+
+    let (a, _sink) = assembly(AssemblyConfig {
+        released_ids: 64,
+        max_spans: 10_000,
+        ..config()
+    });
+    a.accept_at(batch(&[(1, 1)]), t0).unwrap();
+    a.release_due(t0 + Duration::from_secs(10));
+    for t in 0..1000u32 {
+        a.accept_at(batch_of_trace(1000 + t), t0 + Duration::from_secs(20))
+            .unwrap();
+    }
+    a.release_due(t0 + Duration::from_secs(30));
+    a.accept_at(batch(&[(1, 2)]), t0 + Duration::from_secs(40))
         .unwrap();
-    a.accept_at(batch(&[(1, 2)]), t0 + Duration::from_secs(123))
-        .unwrap();
-    assert_eq!(a.open(), (3, 2), "trace 1 reopens once its id is forgotten");
+    assert_eq!(a.open(), (1, 1), "trace 1 reopens once its id is forgotten");
 }
 
 /// A batch that would cross max_spans is refused whole and retryably; nothing is kept.
@@ -278,7 +299,7 @@ fn validate_names_every_problem() {
         idle: Duration::ZERO,
         max_age: Duration::ZERO,
         max_spans: 0,
-        late_memory: Duration::from_secs(1),
+        released_ids: 0,
     };
     let keys: Vec<String> = bad
         .validate("assembly")

@@ -39,6 +39,7 @@ pub struct Config {
     pub advice: AdviceConfig,
     pub orphans: OrphansConfig,
     pub deadlines: DeadlinesConfig,
+    pub clocks: ClocksConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
@@ -52,6 +53,8 @@ impl Config {
             orphan_grace_ms: self.orphans.grace_ms,
             min_backoff_ms: self.advice.min_backoff_ms,
             timeout_factor: self.advice.timeout_factor,
+            clock_tolerance_ms: self.clocks.tolerance_ms,
+            clock_skew_threshold_ms: self.clocks.skew_threshold_ms,
         }
     }
 }
@@ -100,6 +103,25 @@ pub struct DeadlinesConfig {
 impl Default for DeadlinesConfig {
     fn default() -> Self {
         DeadlinesConfig { tolerance_ms: 1.0 }
+    }
+}
+
+/// `clocks.*`: clock skew between the hosts of a caller and its callee.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClocksConfig {
+    /// Clocks agreeing within this (ms) are not corrected: timestamp resolution and jitter.
+    pub tolerance_ms: f64,
+    /// A skew larger than this (ms) is reported as a `clock_skew` finding.
+    pub skew_threshold_ms: f64,
+}
+
+impl Default for ClocksConfig {
+    fn default() -> Self {
+        ClocksConfig {
+            tolerance_ms: 1.0,
+            skew_threshold_ms: 10.0,
+        }
     }
 }
 
@@ -158,7 +180,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "listen",
     "limits",
     "assembly",
@@ -166,6 +188,7 @@ pub const SECTIONS: [&str; 8] = [
     "advice",
     "orphans",
     "deadlines",
+    "clocks",
     "alerts",
 ];
 
@@ -240,6 +263,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         advice: section(&mut sections, "advice", errors),
         orphans: section(&mut sections, "orphans", errors),
         deadlines: section(&mut sections, "deadlines", errors),
+        clocks: section(&mut sections, "clocks", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
@@ -292,6 +316,12 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
             "deadlines.tolerance_ms",
             config.deadlines.tolerance_ms,
             "e.g. 1",
+        ),
+        ("clocks.tolerance_ms", config.clocks.tolerance_ms, "e.g. 1"),
+        (
+            "clocks.skew_threshold_ms",
+            config.clocks.skew_threshold_ms,
+            "e.g. 10",
         ),
     ];
     for (key, value, example) in positive {

@@ -154,7 +154,7 @@ const LAYER_DURATION: Spec = spec(
     SERVICE,
 );
 
-const GAUGES: [Spec; 13] = [
+const GAUGES: [Spec; 14] = [
     spec(
         "stormglass_effective_success_ratio",
         "Window: logical calls whose first attempt succeeded / logical calls.",
@@ -219,6 +219,11 @@ const GAUGES: [Spec; 13] = [
         "stormglass_callee_latency_p999_seconds",
         "Window: the callee's P99.9 latency, per edge (what stormglass_timeout_seconds is compared with).",
         EDGE,
+    ),
+    spec(
+        "stormglass_clock_skew_seconds",
+        "Window: how far the callee's clock reads ahead of the caller's, estimated from their answered calls (corrected before orphan and deadline checks).",
+        &["caller", "callee"],
     ),
 ];
 
@@ -503,6 +508,11 @@ impl FigureMetrics {
             set(10, edge.clone(), seconds(e.timeout_ms));
             set(11, edge.clone(), seconds(e.recommended_timeout_ms));
             set(12, edge, seconds(e.callee_p999_ms));
+            set(
+                13,
+                vec![e.caller.clone(), e.callee.clone()],
+                seconds(e.clock_skew_ms),
+            );
         }
         for l in &report.layers {
             let service = vec![l.service.clone()];

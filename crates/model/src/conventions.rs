@@ -19,6 +19,8 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value::Value};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Concept {
     Attempt,
+    /// An attempt counted from 1, as proxies number them (Envoy's `x-envoy-attempt-count`).
+    AttemptCount,
     Cause,
     Deadline,
     AbsoluteDeadline,
@@ -40,11 +42,12 @@ pub enum Concept {
 
 impl Concept {
     /// Number of concepts, for per-concept arrays.
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 19;
 
     /// Every concept, in discriminant order (so `Concept::ALL[c as usize] == c`).
     pub const ALL: [Concept; Concept::COUNT] = [
         Concept::Attempt,
+        Concept::AttemptCount,
         Concept::Cause,
         Concept::Deadline,
         Concept::AbsoluteDeadline,
@@ -68,6 +71,7 @@ impl Concept {
     pub fn as_str(self) -> &'static str {
         match self {
             Concept::Attempt => "attempt",
+            Concept::AttemptCount => "attempt_count",
             Concept::Cause => "cause",
             Concept::Deadline => "deadline",
             Concept::AbsoluteDeadline => "absolute_deadline",
@@ -94,6 +98,7 @@ impl Concept {
         matches!(
             self,
             Concept::Attempt
+                | Concept::AttemptCount
                 | Concept::Cause
                 | Concept::Deadline
                 | Concept::AbsoluteDeadline
@@ -120,6 +125,10 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
             "rpc.grpc.previous_rpc_attempts",
             "previous-rpc-attempts",
         ],
+    ),
+    (
+        Concept::AttemptCount,
+        &["http.request.header.x-envoy-attempt-count"],
     ),
     (Concept::Cause, &["cause", "retry.cause"]),
     (

@@ -299,11 +299,28 @@ impl<'c> SpanBatchBuilder<'c> {
             std::mem::take(&mut self.consumed),
         );
 
-        let attempt = r.take(Concept::Attempt, |v| {
-            conventions::as_i64(v)
-                .and_then(|n| i32::try_from(n).ok())
-                .filter(|n| *n >= 0)
-        });
+        // An attempt attribute that cannot be read is counted as malformed, yet still marks
+        // the span as some retry: read as a first attempt it would split its call in two.
+        let attempt = r
+            .take(Concept::Attempt, |v| {
+                conventions::as_i64(v)
+                    .and_then(|n| i32::try_from(n).ok())
+                    .filter(|n| *n >= 0)
+            })
+            .or_else(|| {
+                // A proxy's attempt count starts at 1 (Envoy's x-envoy-attempt-count).
+                r.take(Concept::AttemptCount, |v| {
+                    conventions::as_i64(v)
+                        .and_then(|n| i32::try_from(n).ok())
+                        .filter(|n| *n >= 1)
+                        .map(|n| n - 1)
+                })
+            })
+            .or_else(|| {
+                let malformed = &r.malformed;
+                (malformed[Concept::Attempt as usize] || malformed[Concept::AttemptCount as usize])
+                    .then_some(crate::schema::UNREADABLE_ATTEMPT)
+            });
         let cause = r
             .take(Concept::Cause, conventions::render)
             .map(|c| Outcome::normalise_cause(&c));

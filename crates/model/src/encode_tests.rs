@@ -208,13 +208,20 @@ fn malformed_fields_are_counted_and_kept() {
     let (batch, report) = encode(&request(vec![("svc", vec![s])]));
     let malformed: Vec<_> = report.malformed_by_field().collect();
     assert_eq!(malformed, vec![("attempt", 1), ("deadline", 1)]);
-    assert!(batch.column_by_name(col::ATTEMPT).unwrap().is_null(0));
+    let attempt = batch.column_by_name(col::ATTEMPT).unwrap();
+    assert_eq!(
+        attempt
+            .as_primitive::<arrow::datatypes::Int32Type>()
+            .value(0),
+        col::UNREADABLE_ATTEMPT
+    );
     let keys = map_keys(&batch, 0);
     assert_eq!(keys, vec!["retry", "deadline"]);
 }
 
 /// Attempt numbers written as integral strings or doubles ("3.0", 2.0) are read; negative
-/// and fractional ones are malformed (counted, the column left null).
+/// and fractional ones are malformed (counted) and marked unreadable, not left null (null
+/// would read as a first attempt).
 #[test]
 fn attempt_numbers_in_any_integral_form() {
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
@@ -237,7 +244,7 @@ fn attempt_numbers_in_any_integral_form() {
         .unwrap()
         .as_primitive::<arrow::datatypes::Int32Type>();
     assert_eq!((a.value(0), a.value(1)), (3, 2));
-    assert!(a.is_null(2) && a.is_null(3));
+    assert_eq!((a.value(2), a.value(3)), (-1, -1));
     let malformed: Vec<_> = report.malformed_by_field().collect();
     assert_eq!(malformed, vec![("attempt", 2)]);
 }

@@ -38,8 +38,13 @@ pub const DURATION_NS: &str = "duration_ns";
 pub const STATUS_CODE: &str = "status_code";
 /// OTLP status message; null when empty.
 pub const STATUS_MESSAGE: &str = "status_message";
-/// Attempt number (0 = first try); null when the span carries no retry attribute.
+/// Attempt number (0 = first try); null when the span carries no retry attribute;
+/// [`UNREADABLE_ATTEMPT`] when it carries one that is not a non-negative integer.
 pub const ATTEMPT: &str = "attempt";
+/// The `attempt` of a span whose attempt attribute could not be read (negative, fractional,
+/// text): a retry of unknown number, never a first attempt. The analysis numbers it after
+/// the attempt before it in its call.
+pub const UNREADABLE_ATTEMPT: i32 = -1;
 /// Why this attempt happens (`cause`, `retry.cause`); null when absent.
 pub const RETRY_CAUSE: &str = "retry_cause";
 /// Time budget of this span in milliseconds, from any deadline alias; null when absent.
