@@ -36,7 +36,8 @@
 --   anchor_deadline_ms, anchor_start_ns, upstream_attempt_span_id, root_span_id,
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
 --   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
---   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns
+--   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight
+-- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
 -- fit in (null otherwise).
 WITH tries AS (
@@ -57,7 +58,7 @@ WITH tries AS (
     s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
     s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
     s.call_server_service, s.call_attempt AS outer_attempt,
-    s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns
+    s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight
   FROM lineage s
   -- a call span is not an attempt; its numbered children are
   WHERE s.is_attempt
@@ -89,5 +90,5 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.server_span_id, o.server_service, o.server_end_ns, o.server_outcome, o.server_pending,
   o.server_ctx_cancelled, o.server_deadline_ms,
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
-  o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns
+  o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight
 FROM resolved o

@@ -2,7 +2,7 @@
 --
 -- Inputs: p_attempts.
 -- Output: caller, callee, operation, cause, retries
-SELECT caller, callee, operation, cause, SUM(attempts) AS retries
+SELECT caller, callee, operation, cause, CAST(ROUND(SUM(attempts)) AS BIGINT) AS retries
 FROM p_attempts
 WHERE attempt = 'retry'
 GROUP BY caller, callee, operation, cause

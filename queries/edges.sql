@@ -73,7 +73,9 @@ timeouts AS (
   LEFT JOIN modes mo ON mo.caller = md.caller AND mo.callee = md.callee
     AND mo.operation = md.operation
 )
-SELECT e.caller, e.callee, e.operation, e.logical_calls, e.attempts, e.retry_attempts,
+SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) AS logical_calls,
+  CAST(ROUND(e.attempts) AS BIGINT) AS attempts,
+  CAST(ROUND(e.retry_attempts) AS BIGINT) AS retry_attempts,
   CAST(e.final_ok AS DOUBLE) / NULLIF(e.logical_calls, 0) AS raw_success_rate,
   CAST(e.first_ok AS DOUBLE) / NULLIF(e.logical_calls, 0) AS effective_success_rate,
   CAST(e.ok_attempts AS DOUBLE) / NULLIF(e.attempts, 0) AS attempt_success_rate,
@@ -87,8 +89,11 @@ SELECT e.caller, e.callee, e.operation, e.logical_calls, e.attempts, e.retry_att
   CASE WHEN t.timeout_ms IS NULL OR l.p999_ms IS NULL THEN NULL
        ELSE t.timeout_ms < l.p999_ms END AS timeout_below_tail,
   l.p999_ms * p.timeout_factor AS recommended_timeout_ms,
-  e.orphan_pairs, e.orphan_work_ms / 1e3 AS orphan_work_seconds,
-  e.unsafe_retries, e.timeout_retries_on_writes, e.immediate_retries, e.deadline_inversions,
+  CAST(ROUND(e.orphan_pairs) AS BIGINT) AS orphan_pairs, e.orphan_work_ms / 1e3 AS orphan_work_seconds,
+  CAST(ROUND(e.unsafe_retries) AS BIGINT) AS unsafe_retries,
+  CAST(ROUND(e.timeout_retries_on_writes) AS BIGINT) AS timeout_retries_on_writes,
+  CAST(ROUND(e.immediate_retries) AS BIGINT) AS immediate_retries,
+  CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
   k.clock_skew_ms
 FROM e
 CROSS JOIN params p

@@ -5,9 +5,9 @@
 --
 -- Inputs: lineage (the spans with depth: number of ancestors present).
 -- Output: trace_id, span_id, service, operation, kind, start_ns, end_ns, duration_ms, outcome,
---   is_attempt
+--   is_attempt, weight
 SELECT s.trace_id, s.span_id, s.service_name AS service, s.operation, s.kind,
-  s.start_ns, s.end_ns, s.duration_ns / 1e6 AS duration_ms, s.outcome, s.is_attempt
+  s.start_ns, s.end_ns, s.duration_ns / 1e6 AS duration_ms, s.outcome, s.is_attempt, s.weight
 FROM lineage s
 WHERE s.depth = 0 AND (s.kind IN ('server', 'consumer') OR s.parent_span_id IS NULL)
   AND (NOT s.is_attempt OR s.is_first_attempt)

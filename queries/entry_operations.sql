@@ -3,7 +3,7 @@
 --
 -- Inputs: p_entries.
 -- Output: service, operation, requests
-SELECT service, operation, SUM(requests) AS requests
+SELECT service, operation, CAST(ROUND(SUM(requests)) AS BIGINT) AS requests
 FROM p_entries
 GROUP BY service, operation
 ORDER BY service, operation

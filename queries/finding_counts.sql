@@ -34,6 +34,6 @@ SELECT kind,
             WHEN 'timeout_below_tail' THEN 'warning'
             WHEN 'clock_skew' THEN 'warning'
             ELSE 'info' END AS severity,
-  caller, callee, operation, count, detail, example_trace_id
+  caller, callee, operation, CAST(ROUND(count) AS BIGINT) AS count, detail, example_trace_id
 FROM found
 ORDER BY kind, caller, callee, operation

@@ -24,7 +24,10 @@
 -- (POST, PATCH, INSERT, UPDATE) says write.
 -- timeout_below_tail is a per-edge comparison of merged figures and is added by the report.
 --
--- Output: kind, trace_id, caller, callee, operation, detail
+-- weight: how many such findings this one stands for under sampling (the weight of the
+-- attempt, call or entry it is about).
+--
+-- Output: kind, trace_id, caller, callee, operation, detail, weight
 WITH budgeted AS (
   SELECT lc.*,
     lc.deadline_ms > lc.anchor_deadline_ms - (lc.start_ns - lc.anchor_start_ns) / 1e6
@@ -53,7 +56,7 @@ sequential_calls AS (
 sequential AS (
   -- budget_so_far: this call's budget plus every earlier sequential sibling's
   SELECT trace_id, parent_span_id, logical_call_id, caller, callee, operation, deadline_ms,
-    anchor_deadline_ms, inverted,
+    anchor_deadline_ms, inverted, weight,
     SUM(deadline_ms) OVER (PARTITION BY trace_id, parent_span_id
       ORDER BY start_ns, logical_call_id
       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far
@@ -81,7 +84,8 @@ multi_layer AS (
 SELECT 'deadline_inversion' AS kind, a.trace_id, a.caller, a.callee, a.operation,
   concat('budget ', CAST(ROUND(a.own_deadline_ms) AS BIGINT), ' ms exceeds the ',
     CAST(ROUND(a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6) AS BIGINT),
-    ' ms the caller had left') AS detail
+    ' ms the caller had left') AS detail,
+  a.weight
 FROM attempts a CROSS JOIN params p
 WHERE a.own_deadline_ms IS NOT NULL AND a.anchor_deadline_ms IS NOT NULL
   AND a.own_deadline_ms > a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6
@@ -90,13 +94,15 @@ UNION ALL
 SELECT 'deadline_inversion', b.trace_id, b.caller, b.callee, b.operation,
   concat('budget ', CAST(ROUND(b.deadline_ms) AS BIGINT), ' ms exceeds the ',
     CAST(ROUND(b.anchor_deadline_ms - (b.start_ns - b.anchor_start_ns) / 1e6) AS BIGINT),
-    ' ms the caller had left')
+    ' ms the caller had left'),
+  b.weight
 FROM budgeted b
 WHERE b.inverted AND b.budget_on_call_span
 UNION ALL
 SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
   concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
-    ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms')
+    ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms'),
+  s.weight
 FROM sequential s
 JOIN overcommitted o ON o.trace_id = s.trace_id AND o.parent_span_id = s.parent_span_id
 CROSS JOIN params p
@@ -108,27 +114,32 @@ WHERE o.calls >= 2 AND NOT o.any_inverted
 UNION ALL
 SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
   concat('the attempt had a ', CAST(ROUND(a.deadline_ms) AS BIGINT),
-    ' ms budget; the callee received none')
+    ' ms budget; the callee received none'),
+  a.weight
 FROM attempts a
 WHERE a.server_span_id IS NOT NULL AND a.server_deadline_ms IS NULL AND a.deadline_ms IS NOT NULL
 UNION ALL
 SELECT 'unsafe_retry', a.trace_id, a.caller, a.callee, a.operation,
-  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a non-idempotent call without an idempotency key')
+  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a non-idempotent call without an idempotency key'),
+  a.weight
 FROM attempts a
 WHERE a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
-  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write')
+  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),
+  a.weight
 FROM attempts a
 WHERE a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent
 UNION ALL
 SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' started ', CAST(ROUND(a.backoff_ms, 1) AS VARCHAR),
-    ' ms after the previous attempt ended')
+    ' ms after the previous attempt ended'),
+  a.weight
 FROM attempts a CROSS JOIN params p
 WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms
 UNION ALL
 SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,
-  concat(CAST(m.retrying_layers AS VARCHAR), ' layers retried in one trace')
+  concat(CAST(m.retrying_layers AS VARCHAR), ' layers retried in one trace'),
+  e.weight
 FROM multi_layer m
 JOIN entries e ON e.trace_id = m.trace_id

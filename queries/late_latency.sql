@@ -6,7 +6,7 @@
 -- Inputs: spans (late SERVER spans only).
 -- Output: service, bucket, le, n, seconds
 SELECT service_name AS service, sg_bucket(duration_ns / 1e6) AS bucket,
-  sg_le(duration_ns / 1e9) AS le, COUNT(*) AS n, SUM(duration_ns / 1e6) / 1e3 AS seconds
+  sg_le(duration_ns / 1e9) AS le, SUM(weight) AS n, SUM(duration_ns / 1e6 * weight) / 1e3 AS seconds
 FROM spans
 WHERE kind = 'server'
 GROUP BY service_name, sg_bucket(duration_ns / 1e6), sg_le(duration_ns / 1e9)

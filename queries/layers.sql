@@ -26,8 +26,8 @@ quantiles AS (
   FROM cumulative GROUP BY service
 )
 SELECT COALESCE(c.service, q.service) AS service,
-  COALESCE(c.received, 0) AS requests,
-  COALESCE(c.baseline, 0) AS baseline_attempts,
+  CAST(ROUND(COALESCE(c.received, 0)) AS BIGINT) AS requests,
+  CAST(ROUND(COALESCE(c.baseline, 0)) AS BIGINT) AS baseline_attempts,
   CAST(c.received AS DOUBLE) / NULLIF(c.baseline, 0) AS amplification,
   q.p99_ms, q.p999_ms,
   q.p999_ms / NULLIF(q.p99_ms, 0) AS tail_ratio

@@ -12,7 +12,8 @@
 --
 -- Output: trace_id, logical_call_id, parent_span_id, caller, callee, operation, attempts,
 --   max_attempt, first_outcome, final_outcome, retried, start_ns, end_ns, duration_ms,
---   deadline_ms, anchor_deadline_ms, anchor_start_ns, root_span_id, budget_on_call_span
+--   deadline_ms, anchor_deadline_ms, anchor_start_ns, root_span_id, budget_on_call_span, weight
+-- weight: the first attempt's (how many calls this one stands for under sampling).
 -- (Built from each call's first attempt, its last, and integer-keyed counts: grouping the
 -- whole attempts table by trace and call id was most of this query's cost.)
 WITH counts AS (
@@ -36,7 +37,7 @@ SELECT f.trace_id, f.logical_call_id, f.calling_span_id AS parent_span_id,
   CASE WHEN f.call_deadline_ms IS NULL THEN f.anchor_start_ns
        ELSE f.call_anchor_start_ns END AS anchor_start_ns,
   f.root_span_id,
-  f.call_deadline_ms IS NOT NULL AS budget_on_call_span
+  f.call_deadline_ms IS NOT NULL AS budget_on_call_span, f.weight
 FROM attempts f
 JOIN counts c ON c.logical_call_id = f.logical_call_id
 JOIN last l ON l.logical_call_id = f.logical_call_id

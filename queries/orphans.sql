@@ -10,7 +10,7 @@
 -- server_outcome: `pending` (missing, or reports pending), `ok`, or `failed`.
 --
 -- Output: trace_id, client_span_id, server_span_id, caller, callee, operation,
---   client_outcome, work_after_cancel_ms, server_outcome
+--   client_outcome, work_after_cancel_ms, server_outcome, weight (the client attempt's)
 WITH instrumented AS (
   SELECT DISTINCT service_name AS service FROM spans WHERE kind = 'server'
   UNION
@@ -22,7 +22,8 @@ SELECT a.trace_id, a.span_id AS client_span_id, a.server_span_id, a.caller, a.ca
        ELSE GREATEST(0.0, (a.server_end_ns - a.end_ns) / 1e6) END AS work_after_cancel_ms,
   CASE WHEN a.server_span_id IS NULL OR a.server_pending THEN 'pending'
        WHEN a.server_outcome = 'ok' THEN 'ok'
-       ELSE 'failed' END AS server_outcome
+       ELSE 'failed' END AS server_outcome,
+  a.weight
 FROM attempts a
 CROSS JOIN params p
 LEFT JOIN instrumented i ON i.service = a.callee

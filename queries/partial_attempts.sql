@@ -9,7 +9,7 @@ SELECT caller, callee, operation,
   CASE WHEN attempt = 0 THEN 'first' ELSE 'retry' END AS attempt,
   outcome,
   COALESCE(cause, CASE WHEN attempt = 0 THEN 'none' ELSE 'unknown' END) AS cause,
-  COUNT(*) AS attempts
+  SUM(weight) AS attempts
 FROM attempts
 GROUP BY caller, callee, operation,
   CASE WHEN attempt = 0 THEN 'first' ELSE 'retry' END,

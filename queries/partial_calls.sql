@@ -6,7 +6,7 @@
 SELECT caller, callee, operation,
   CASE WHEN first_outcome = 'ok' THEN 'ok' ELSE 'failed' END AS first_outcome,
   CASE WHEN final_outcome = 'ok' THEN 'ok' ELSE 'failed' END AS final_outcome,
-  COUNT(*) AS calls
+  SUM(weight) AS calls
 FROM logical_calls
 GROUP BY caller, callee, operation,
   CASE WHEN first_outcome = 'ok' THEN 'ok' ELSE 'failed' END,

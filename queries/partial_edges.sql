@@ -1,4 +1,5 @@
 -- partial_edges: per (caller, callee, operation), the counts every edge figure is a ratio of.
+-- Counts are sums of sampling weights (each span stands for its adjusted count).
 -- Mergeable by SUM (MAX for max_attempt and max_outer_attempt): one row per edge per
 -- analysis interval. max_outer_attempt: the highest attempt number of an in-process retry
 -- loop around the edge's calls (attempts.outer_attempt), null when there is none.
@@ -11,39 +12,39 @@
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
   SELECT caller, callee, operation,
-    COUNT(*) AS logical_calls,
-    SUM(CASE WHEN final_outcome = 'ok' THEN 1 ELSE 0 END) AS final_ok,
-    SUM(CASE WHEN first_outcome = 'ok' THEN 1 ELSE 0 END) AS first_ok,
-    SUM(CASE WHEN final_outcome = 'ok' AND attempts > 1 THEN 1 ELSE 0 END) AS final_ok_retried
+    SUM(weight) AS logical_calls,
+    SUM(CASE WHEN final_outcome = 'ok' THEN weight ELSE 0.0 END) AS final_ok,
+    SUM(CASE WHEN first_outcome = 'ok' THEN weight ELSE 0.0 END) AS first_ok,
+    SUM(CASE WHEN final_outcome = 'ok' AND attempts > 1 THEN weight ELSE 0.0 END) AS final_ok_retried
   FROM logical_calls
   GROUP BY caller, callee, operation
 ),
 at AS (
   SELECT a.caller, a.callee, a.operation,
-    COUNT(*) AS attempts,
-    SUM(CASE WHEN a.outcome = 'ok' THEN 1 ELSE 0 END) AS ok_attempts,
-    SUM(CASE WHEN a.attempt = 0 THEN 1 ELSE 0 END) AS first_attempts,
-    SUM(CASE WHEN a.attempt >= 1 THEN 1 ELSE 0 END) AS retry_attempts,
-    SUM(CASE WHEN a.attempt >= 1 AND a.outcome = 'ok' THEN 1 ELSE 0 END) AS ok_retry_attempts,
+    SUM(a.weight) AS attempts,
+    SUM(CASE WHEN a.outcome = 'ok' THEN a.weight ELSE 0.0 END) AS ok_attempts,
+    SUM(CASE WHEN a.attempt = 0 THEN a.weight ELSE 0.0 END) AS first_attempts,
+    SUM(CASE WHEN a.attempt >= 1 THEN a.weight ELSE 0.0 END) AS retry_attempts,
+    SUM(CASE WHEN a.attempt >= 1 AND a.outcome = 'ok' THEN a.weight ELSE 0.0 END) AS ok_retry_attempts,
     MAX(a.attempt) AS max_attempt,
     MAX(CASE WHEN a.outer_attempt >= 0 THEN a.outer_attempt END) AS max_outer_attempt,
-    SUM(CASE WHEN a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key THEN 1 ELSE 0 END)
+    SUM(CASE WHEN a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key THEN a.weight ELSE 0.0 END)
       AS unsafe_retries,
-    SUM(CASE WHEN a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent THEN 1 ELSE 0 END)
+    SUM(CASE WHEN a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent THEN a.weight ELSE 0.0 END)
       AS timeout_retries_on_writes,
-    SUM(CASE WHEN a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms THEN 1 ELSE 0 END)
+    SUM(CASE WHEN a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms THEN a.weight ELSE 0.0 END)
       AS immediate_retries
   FROM attempts a CROSS JOIN params p
   GROUP BY a.caller, a.callee, a.operation
 ),
 orph AS (
-  SELECT caller, callee, operation, COUNT(*) AS orphan_pairs,
-    SUM(COALESCE(work_after_cancel_ms, 0.0)) AS orphan_work_ms
+  SELECT caller, callee, operation, SUM(weight) AS orphan_pairs,
+    SUM(COALESCE(work_after_cancel_ms, 0.0) * weight) AS orphan_work_ms
   FROM orphans
   GROUP BY caller, callee, operation
 ),
 inv AS (
-  SELECT caller, callee, operation, COUNT(*) AS deadline_inversions
+  SELECT caller, callee, operation, SUM(weight) AS deadline_inversions
   FROM findings WHERE kind = 'deadline_inversion'
   GROUP BY caller, callee, operation
 )
@@ -51,9 +52,9 @@ SELECT at.caller, at.callee, at.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   at.attempts, at.ok_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
-  COALESCE(orph.orphan_pairs, 0) AS orphan_pairs,
+  COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
-  COALESCE(inv.deadline_inversions, 0) AS deadline_inversions
+  COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions
 FROM at
 JOIN lc ON lc.caller = at.caller AND lc.callee = at.callee AND lc.operation = at.operation
 LEFT JOIN orph ON orph.caller = at.caller AND orph.callee = at.callee AND orph.operation = at.operation

@@ -2,6 +2,6 @@
 --
 -- Inputs: entries.
 -- Output: service, operation, requests
-SELECT service, operation, COUNT(*) AS requests
+SELECT service, operation, SUM(weight) AS requests
 FROM entries
 GROUP BY service, operation

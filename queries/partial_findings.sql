@@ -4,11 +4,11 @@
 --
 -- Inputs: findings.
 -- Output: kind, caller, callee, operation, count, example_trace_id, detail
-SELECT kind, caller, callee, operation, COUNT(*) AS count,
+SELECT kind, caller, callee, operation, SUM(weight) AS count,
   MIN(trace_hex) AS example_trace_id,
   first_value(detail ORDER BY trace_hex, detail) AS detail
 FROM (
-  SELECT kind, caller, callee, operation, detail,
+  SELECT kind, caller, callee, operation, detail, weight,
     encode(arrow_cast(trace_id, 'Binary'), 'hex') AS trace_hex
   FROM findings
 ) f

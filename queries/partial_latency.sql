@@ -13,12 +13,13 @@ WITH instrumented AS (
   UNION
   SELECT service FROM window_servers
 )
-SELECT service, bucket, sg_le(ms / 1e3) AS le, COUNT(*) AS n, SUM(ms) / 1e3 AS seconds
+SELECT service, bucket, sg_le(ms / 1e3) AS le, SUM(weight) AS n, SUM(ms * weight) / 1e3 AS seconds
 FROM (
-  SELECT service_name AS service, sg_bucket(duration_ns / 1e6) AS bucket, duration_ns / 1e6 AS ms
+  SELECT service_name AS service, sg_bucket(duration_ns / 1e6) AS bucket, duration_ns / 1e6 AS ms,
+    weight
   FROM spans WHERE kind = 'server'
   UNION ALL
-  SELECT a.callee AS service, sg_bucket(a.duration_ms) AS bucket, a.duration_ms AS ms
+  SELECT a.callee AS service, sg_bucket(a.duration_ms) AS bucket, a.duration_ms AS ms, a.weight
   FROM attempts a LEFT JOIN instrumented i ON i.service = a.callee
   WHERE i.service IS NULL
 ) durations

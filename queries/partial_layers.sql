@@ -8,10 +8,10 @@
 -- Output: service, received, baseline
 SELECT service, SUM(received) AS received, SUM(baseline) AS baseline
 FROM (
-  SELECT callee AS service, 1 AS received, CASE WHEN baseline THEN 1 ELSE 0 END AS baseline
+  SELECT callee AS service, weight AS received, CASE WHEN baseline THEN weight ELSE 0.0 END AS baseline
   FROM attempts
   UNION ALL
-  SELECT service, 1 AS received, 1 AS baseline
+  SELECT service, weight AS received, weight AS baseline
   FROM entries
   WHERE kind IN ('server', 'consumer') AND NOT is_attempt
 ) received

@@ -3,7 +3,7 @@
 --
 -- Inputs: orphans.
 -- Output: caller, callee, operation, server_outcome, pairs, work_ms
-SELECT caller, callee, operation, server_outcome, COUNT(*) AS pairs,
-  SUM(COALESCE(work_after_cancel_ms, 0.0)) AS work_ms
+SELECT caller, callee, operation, server_outcome, SUM(weight) AS pairs,
+  SUM(COALESCE(work_after_cancel_ms, 0.0) * weight) AS work_ms
 FROM orphans
 GROUP BY caller, callee, operation, server_outcome

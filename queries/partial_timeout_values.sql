@@ -12,7 +12,7 @@ FROM (
   SELECT caller, callee, operation, deadline_ms, n,
     ROW_NUMBER() OVER (PARTITION BY caller, callee, operation ORDER BY n DESC, deadline_ms) AS r
   FROM (
-    SELECT caller, callee, operation, deadline_ms, COUNT(*) AS n
+    SELECT caller, callee, operation, deadline_ms, SUM(weight) AS n
     FROM attempts
     WHERE deadline_ms IS NOT NULL
     GROUP BY caller, callee, operation, deadline_ms

@@ -3,7 +3,7 @@
 --
 -- Inputs: attempts.
 -- Output: caller, callee, operation, bucket, n
-SELECT caller, callee, operation, sg_bucket(deadline_ms) AS bucket, COUNT(*) AS n
+SELECT caller, callee, operation, sg_bucket(deadline_ms) AS bucket, SUM(weight) AS n
 FROM attempts
 WHERE deadline_ms IS NOT NULL
 GROUP BY caller, callee, operation, sg_bucket(deadline_ms)

@@ -8,24 +8,24 @@
 -- Inputs: entries, findings, lineage.
 -- Output: service, entry_requests, multi_layer_retry_traces, broken_traces
 WITH first_entry AS (
-  SELECT trace_id, service FROM (
-    SELECT trace_id, service,
+  SELECT trace_id, service, weight FROM (
+    SELECT trace_id, service, weight,
       ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY start_ns, span_id) AS n
     FROM entries
   ) ranked
   WHERE n = 1
 ),
 retried AS (
-  SELECT fe.service, COUNT(*) AS traces
+  SELECT fe.service, SUM(fe.weight) AS traces
   FROM first_entry fe
   JOIN (SELECT DISTINCT trace_id FROM findings WHERE kind = 'multi_layer_retry') f
     ON f.trace_id = fe.trace_id
   GROUP BY fe.service
 ),
 broken AS (
-  SELECT service, COUNT(*) AS traces
+  SELECT service, SUM(weight) AS traces
   FROM (
-    SELECT trace_id, service_name AS service,
+    SELECT trace_id, service_name AS service, weight,
       ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY start_ns, span_id) AS n
     FROM lineage
     WHERE depth = 0 AND parent_span_id IS NOT NULL
@@ -34,14 +34,14 @@ broken AS (
   GROUP BY service
 ),
 per_service AS (
-  SELECT service, COUNT(*) AS entry_requests FROM entries GROUP BY service
+  SELECT service, SUM(weight) AS entry_requests FROM entries GROUP BY service
 ),
 services AS (
   SELECT service FROM per_service UNION SELECT service FROM broken
 )
-SELECT s.service, COALESCE(p.entry_requests, 0) AS entry_requests,
-  COALESCE(r.traces, 0) AS multi_layer_retry_traces,
-  COALESCE(b.traces, 0) AS broken_traces
+SELECT s.service, COALESCE(p.entry_requests, 0.0) AS entry_requests,
+  COALESCE(r.traces, 0.0) AS multi_layer_retry_traces,
+  COALESCE(b.traces, 0.0) AS broken_traces
 FROM services s
 LEFT JOIN per_service p ON p.service = s.service
 LEFT JOIN retried r ON r.service = s.service

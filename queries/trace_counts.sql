@@ -3,9 +3,9 @@
 --
 -- Inputs: p_traces.
 -- Output: service, entry_requests, multi_layer_retry_traces, broken_traces
-SELECT service, SUM(entry_requests) AS entry_requests,
-  SUM(multi_layer_retry_traces) AS multi_layer_retry_traces,
-  SUM(broken_traces) AS broken_traces
+SELECT service, CAST(ROUND(SUM(entry_requests)) AS BIGINT) AS entry_requests,
+  CAST(ROUND(SUM(multi_layer_retry_traces)) AS BIGINT) AS multi_layer_retry_traces,
+  CAST(ROUND(SUM(broken_traces)) AS BIGINT) AS broken_traces
 FROM p_traces
 GROUP BY service
 ORDER BY service

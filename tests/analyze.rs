@@ -643,3 +643,97 @@ fn stacked_retry_layers_and_unreadable_attempts() {
     assert_eq!(inv["raw_success_rate"], 1.0);
     assert_eq!(inv["effective_success_rate"], 0.0);
 }
+
+/// Sampling: the same traces kept 1 in 4 by OpenTelemetry's probability sampler
+/// (tracestate `ot=th:c`), or by an SDK that writes no threshold with
+/// `sampling.ratios.<service>: 0.25` configured, count four times the kept traces: calls,
+/// attempts, retries, layer requests, entry requests, orphan pairs and work, findings;
+/// ratios stay as they are. Offline and live.
+#[test]
+fn sampled_traces_count_by_their_adjusted_count() {
+    let mut spans = Spans::default();
+    fixtures::storm(&mut spans, 1);
+    fixtures::unsafe_post(&mut spans, 2);
+    fixtures::pending_orphans(&mut spans, 3);
+    let d = dir("sampling");
+    let plain = d.join("plain.jsonl");
+    write_jsonl(&plain, &spans, None);
+    let (kept, _) = analyze_json(&plain);
+    let sampled = offline_and_live("sampled", &spans.with_tracestate("ot=th:c"));
+
+    let config = d.join("ratios.yaml");
+    let ratios: String = spans
+        .services()
+        .iter()
+        .map(|s| format!("    {s}: 0.25\n"))
+        .collect();
+    std::fs::write(&config, format!("sampling:\n  ratios:\n{ratios}")).unwrap();
+    let (ok, stdout, stderr) = stormglass(&[
+        "analyze",
+        "--format",
+        "json",
+        "--config",
+        path(&config),
+        path(&plain),
+    ]);
+    assert!(ok, "{stderr}");
+    let configured: Value = serde_json::from_str(&stdout).unwrap();
+
+    for report in [&sampled, &configured] {
+        for (k, s) in kept["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(report["edges"].as_array().unwrap())
+        {
+            assert_eq!(k["caller"], s["caller"]);
+            for count in [
+                "logical_calls",
+                "attempts",
+                "retry_attempts",
+                "orphan_pairs",
+                "unsafe_retries",
+            ] {
+                assert_eq!(
+                    s[count].as_u64().unwrap(),
+                    4 * k[count].as_u64().unwrap(),
+                    "{count}"
+                );
+            }
+            let work = |r: &Value| r["orphan_work_seconds"].as_f64().unwrap();
+            assert!((work(s) - 4.0 * work(k)).abs() < 1e-9);
+            for ratio in [
+                "raw_success_rate",
+                "effective_success_rate",
+                "retry_ratio",
+                "edge_amplification",
+            ] {
+                assert_eq!(s[ratio], k[ratio], "{ratio}");
+            }
+        }
+        for (k, s) in kept["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(report["layers"].as_array().unwrap())
+        {
+            assert_eq!(
+                s["requests"].as_u64().unwrap(),
+                4 * k["requests"].as_u64().unwrap()
+            );
+            assert_eq!(s["amplification"], k["amplification"]);
+            assert_eq!(s["p999_ms"], k["p999_ms"]);
+        }
+        let entries = |r: &Value| r["traces"]["entry_requests"].as_u64().unwrap();
+        assert_eq!(entries(report), 4 * entries(&kept));
+        let findings = |r: &Value| -> u64 {
+            r["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["count"].as_u64().unwrap())
+                .sum()
+        };
+        assert_eq!(findings(report), 4 * findings(&kept));
+    }
+}

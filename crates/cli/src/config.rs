@@ -40,12 +40,23 @@ pub struct Config {
     pub orphans: OrphansConfig,
     pub deadlines: DeadlinesConfig,
     pub clocks: ClocksConfig,
+    pub sampling: SamplingConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
 }
 
 impl Config {
+    /// How spans are read: the attribute aliases, and the sampling ratios.
+    pub fn conventions(&self) -> stormglass_model::Conventions {
+        stormglass_model::Conventions::default().with_sampling_ratios(
+            self.sampling
+                .ratios
+                .iter()
+                .map(|(service, ratio)| (service.as_str(), *ratio)),
+        )
+    }
+
     /// The thresholds the analysis SQL reads.
     pub fn params(&self) -> Params {
         Params {
@@ -125,6 +136,16 @@ impl Default for ClocksConfig {
     }
 }
 
+/// `sampling.*`: for SDKs that sample by ratio without writing OpenTelemetry's threshold
+/// into the tracestate (`ot=th:`, which is read first when present).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplingConfig {
+    /// Per service: the share of its traces kept, in (0, 1]; each kept span counts as
+    /// 1 / ratio.
+    pub ratios: std::collections::BTreeMap<String, f64>,
+}
+
 /// `listen.*`: where the receivers and the API listen. Port 0 picks a free port.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -180,7 +201,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 9] = [
+pub const SECTIONS: [&str; 10] = [
     "listen",
     "limits",
     "assembly",
@@ -189,6 +210,7 @@ pub const SECTIONS: [&str; 9] = [
     "orphans",
     "deadlines",
     "clocks",
+    "sampling",
     "alerts",
 ];
 
@@ -264,6 +286,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         orphans: section(&mut sections, "orphans", errors),
         deadlines: section(&mut sections, "deadlines", errors),
         clocks: section(&mut sections, "clocks", errors),
+        sampling: section(&mut sections, "sampling", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
@@ -324,6 +347,14 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
             "e.g. 10",
         ),
     ];
+    for (service, ratio) in &config.sampling.ratios {
+        if !(*ratio > 0.0 && *ratio <= 1.0) {
+            errors.push((
+                format!("sampling.ratios.{service}"),
+                "must be a ratio in (0, 1], e.g. 0.25 for 1 trace in 4".to_owned(),
+            ));
+        }
+    }
     for (key, value, example) in positive {
         if !(value.is_finite() && value >= 0.0) {
             errors.push((key.to_owned(), format!("must be a number >= 0 ({example})")));
@@ -596,6 +627,25 @@ mod tests {
         assert!(keys.contains(&"alerts.alertmanagers.0"), "{errors}");
         assert!(keys.contains(&"alerts.resend_interval"), "{errors}");
         assert!(keys.contains(&"alerts.amplificaton"), "{errors}");
+    }
+
+    /// Sampling ratios come per service from the file or the environment (whose keys are
+    /// lower case); a ratio outside (0, 1] names its key.
+    #[test]
+    fn sampling_ratios_per_service() {
+        let path = write("sampling.yaml", "sampling:\n  ratios: {Checkout: 0.25}\n");
+        let env = [(
+            "STORMGLASS_SAMPLING__RATIOS__CART".to_owned(),
+            "0.5".to_owned(),
+        )];
+        let config = load(Some(&path), env, &vec![]).unwrap();
+        let conventions = config.conventions();
+        assert_eq!(conventions.sampling_weight("Checkout"), Some(4.0));
+        assert_eq!(conventions.sampling_weight("cart"), Some(2.0));
+        assert_eq!(conventions.sampling_weight("web"), None);
+        let bad = write("bad-sampling.yaml", "sampling:\n  ratios: {web: 2}\n");
+        let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+        assert_eq!(errors.0[0].0, "sampling.ratios.web", "{errors}");
     }
 
     /// A file in an unknown format is refused with a message naming the fix.

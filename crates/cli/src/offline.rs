@@ -7,7 +7,6 @@ use anyhow::{Context, bail};
 use stormglass_analytics::files::{self, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
 use stormglass_analytics::{Engine, alerts, engine};
-use stormglass_model::Conventions;
 
 use crate::config::Config;
 use crate::table;
@@ -20,8 +19,8 @@ pub enum Format {
 }
 
 /// Load the files, reporting what was skipped on stderr; fails only when nothing loaded.
-fn load(paths: &[PathBuf]) -> anyhow::Result<arrow::array::RecordBatch> {
-    let (spans, summary) = files::load(paths, &Conventions::default());
+fn load(config: &Config, paths: &[PathBuf]) -> anyhow::Result<arrow::array::RecordBatch> {
+    let (spans, summary) = files::load(paths, &config.conventions());
     report_skipped(&summary);
     if summary.spans == 0 && !summary.skipped.is_empty() {
         bail!("no spans could be read from {} file(s)", summary.files);
@@ -47,7 +46,7 @@ fn report_skipped(summary: &LoadSummary) {
 
 /// `stormglass analyze FILE...`: the report over every trace in the files.
 pub async fn analyze(config: &Config, paths: &[PathBuf], format: Format) -> anyhow::Result<()> {
-    let spans = load(paths)?;
+    let spans = load(config, paths)?;
     let engine = Engine::new(config.params());
     let partials = Arc::new(engine.analyse(spans).await.context("analysis failed")?);
     let mut report = Report::build(&engine, &[partials], WindowBounds::default())
@@ -84,11 +83,11 @@ pub async fn query(
         };
         match direct {
             Some(ctx) => ctx,
-            None => Engine::spans_context(load(paths)?).context("cannot read the spans")?,
+            None => Engine::spans_context(load(config, paths)?).context("cannot read the spans")?,
         }
     } else {
         let ctx = engine
-            .query_context(load(paths)?)
+            .query_context(load(config, paths)?)
             .await
             .context("analysis failed")?;
         stormglass_analytics::report::register_storm_potential(&ctx)

@@ -21,7 +21,6 @@ use stormglass_assembly::{Assembly, AssemblyMetrics};
 use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::server::ServeError;
 use stormglass_ingest::{Health, IngestMetrics, MemoryBudget, Pipeline, ReceiverConfig, Receivers};
-use stormglass_model::Conventions;
 use tokio::sync::watch;
 use tokio::task::JoinError;
 use tokio::task::JoinHandle;
@@ -94,7 +93,7 @@ impl Collector {
         ));
         let pipeline = Pipeline::new(
             assembly.clone(),
-            Arc::new(Conventions::default()),
+            Arc::new(config.conventions()),
             ingest_metrics,
         )
         .lean();

@@ -236,8 +236,9 @@ struct Family {
 
 #[derive(Clone, Default)]
 struct Buckets {
-    /// Non-cumulative counts per `le` index; the last is +Inf.
-    counts: Vec<u64>,
+    /// Non-cumulative counts per `le` index; the last is +Inf. Sums of sampling weights,
+    /// so fractional; rounded when exposed (the cumulative counts, not each bucket).
+    counts: Vec<f64>,
     sum: f64,
 }
 
@@ -422,7 +423,7 @@ impl FigureMetrics {
         let width = self.bounds.len() + 1;
         for r in table_rows::<LatencyRow>(partials, "partial_latency") {
             let b = durations.entry(r.service).or_insert_with(|| Buckets {
-                counts: vec![0; width],
+                counts: vec![0.0; width],
                 sum: 0.0,
             });
             let le = usize::try_from(r.le).unwrap_or(0).min(width - 1);
@@ -480,7 +481,7 @@ impl FigureMetrics {
                 state.durations.insert(
                     service.clone(),
                     Buckets {
-                        counts: vec![0; width],
+                        counts: vec![0.0; width],
                         sum: 0.0,
                     },
                 );
@@ -558,18 +559,18 @@ impl FigureMetrics {
         }
         let mut durations = new_family(&LAYER_DURATION, MetricType::HISTOGRAM);
         for (service, b) in &state.durations {
-            let mut cumulative = 0;
+            let mut cumulative = 0.0;
             let mut buckets = Vec::with_capacity(self.bounds.len());
             for (bound, n) in self.bounds.iter().zip(&b.counts) {
                 cumulative += n;
                 let mut bucket = proto::Bucket::default();
                 bucket.set_upper_bound(*bound);
-                bucket.set_cumulative_count(cumulative);
+                bucket.set_cumulative_count(cumulative.round() as u64);
                 buckets.push(bucket);
             }
             let mut h = proto::Histogram::default();
             h.set_bucket(buckets);
-            h.set_sample_count(b.counts.iter().sum());
+            h.set_sample_count(b.counts.iter().sum::<f64>().round() as u64);
             h.set_sample_sum(b.sum);
             let mut m = proto::Metric::default();
             m.set_histogram(h);
@@ -647,7 +648,7 @@ fn fold(spec: &Spec, series: &BTreeMap<Key, f64>, labels: Key, limit: usize) -> 
 
 fn merge(into: &mut Buckets, from: &Buckets) {
     if into.counts.len() < from.counts.len() {
-        into.counts.resize(from.counts.len(), 0);
+        into.counts.resize(from.counts.len(), 0.0);
     }
     for (a, b) in into.counts.iter_mut().zip(&from.counts) {
         *a += b;
@@ -732,7 +733,7 @@ struct LatencyRow {
     #[serde(deserialize_with = "label")]
     service: String,
     le: i64,
-    n: u64,
+    n: f64,
     seconds: f64,
 }
 

@@ -191,10 +191,13 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
 /// One attribute name's roles: (concept, precedence) pairs; lower precedence wins.
 type Roles = Vec<(Concept, u8)>;
 
-/// The alias table the encoder consults for every attribute.
+/// The alias table the encoder consults for every attribute, and the sampling ratios of
+/// services whose SDKs sample without writing OpenTelemetry's threshold.
 #[derive(Clone, Debug)]
 pub struct Conventions {
     by_name: HashMap<String, Roles>,
+    /// Per service: 1 / its sampling ratio.
+    sampling_weights: HashMap<String, f64>,
 }
 
 impl Default for Conventions {
@@ -221,7 +224,29 @@ impl Conventions {
                     .push((concept, rank));
             }
         }
-        Conventions { by_name }
+        Conventions {
+            by_name,
+            sampling_weights: HashMap::new(),
+        }
+    }
+
+    /// Spans of these services, when their tracestate carries no threshold, each stand for
+    /// 1 / ratio spans (ratios in (0, 1]; others are ignored).
+    pub fn with_sampling_ratios<'a>(
+        mut self,
+        ratios: impl IntoIterator<Item = (&'a str, f64)>,
+    ) -> Self {
+        self.sampling_weights = ratios
+            .into_iter()
+            .filter(|(_, r)| *r > 0.0 && *r <= 1.0)
+            .map(|(service, r)| (service.to_owned(), 1.0 / r))
+            .collect();
+        self
+    }
+
+    /// The configured weight of `service`'s spans, if any.
+    pub fn sampling_weight(&self, service: &str) -> Option<f64> {
+        self.sampling_weights.get(service).copied()
     }
 
     /// The roles an attribute name plays; empty for attributes outside the contract.

@@ -124,6 +124,7 @@ pub struct SpanBatchBuilder<'c> {
     pending: BooleanBuilder,
     outcome: StringBuilder,
     attributes: MapBuilder<StringBuilder, StringBuilder>,
+    weight: Float64Builder,
     report: EncodeReport,
     /// Scratch: indices of attributes carried by a normalised column (reused across spans).
     consumed: Vec<usize>,
@@ -199,6 +200,7 @@ impl<'c> SpanBatchBuilder<'c> {
             ctx_cancelled: BooleanBuilder::with_capacity(rows),
             pending: BooleanBuilder::with_capacity(rows),
             outcome: StringBuilder::with_capacity(rows, short),
+            weight: Float64Builder::with_capacity(rows),
             attributes: MapBuilder::new(
                 Some(MapFieldNames {
                     entry: "entries".into(),
@@ -287,6 +289,10 @@ impl<'c> SpanBatchBuilder<'c> {
         );
 
         self.append_contract_columns(span, start_ns, status_code == StatusCode::Error as i32);
+        let weight = crate::sampling::adjusted_count(&span.trace_state)
+            .or_else(|| self.conventions.sampling_weight(service))
+            .unwrap_or(1.0);
+        self.weight.append_value(weight);
         self.report.accepted += 1;
         Ok(())
     }
@@ -457,6 +463,7 @@ impl<'c> SpanBatchBuilder<'c> {
             Arc::new(self.pending.finish()),
             Arc::new(self.outcome.finish()),
             Arc::new(self.attributes.finish()),
+            Arc::new(self.weight.finish()),
         ];
         let batch = match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
             Ok(batch) => batch,

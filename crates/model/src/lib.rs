@@ -5,6 +5,7 @@
 pub mod conventions;
 pub mod encode;
 pub mod outcome;
+pub mod sampling;
 pub mod schema;
 pub mod synth;
 pub mod testing;

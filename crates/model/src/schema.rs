@@ -68,6 +68,10 @@ pub const PENDING: &str = "pending";
 pub const OUTCOME: &str = "outcome";
 /// Span attributes not consumed by a normalised column, values rendered as strings.
 pub const ATTRIBUTES: &str = "attributes";
+/// How many spans this one stands for (the sampling adjusted count, 1 / probability): from
+/// the W3C tracestate's OpenTelemetry threshold (`ot=th:...`), else the configured sampling
+/// ratio of the span's service, else 1. Every count the analysis makes is a sum of it.
+pub const WEIGHT: &str = "weight";
 
 /// Length of a trace id in bytes.
 pub const TRACE_ID_LEN: i32 = 16;
@@ -116,6 +120,7 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             DataType::Map(attributes_entries_field(), false),
             false,
         ),
+        Field::new(WEIGHT, DataType::Float64, false),
     ]))
 });
 
