@@ -9,14 +9,19 @@
 --   timeout_ms              the configured timeout: the most common exact attempt budget when
 --                           it covers at least half of the budgeted attempts; otherwise
 --                           (budgets that shrink hop by hop) their median, log-bucketed (<= 2%)
---   timeout_below_tail      timeout_ms < the callee layer's p999
+--   timeout_below_tail      timeout_ms < the callee layer's p999, exactly: fewer than
+--                           ceil(0.999 N) of the callee's N layer durations are at or below
+--                           the timeout (p_tail), when the timeout is one of the candidate
+--                           values counted over every duration of the window; otherwise
+--                           (a median timeout, late durations) against the 2% P99.9
 --   recommended_timeout_ms  callee p999 x advice.timeout_factor
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
 --   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
 -- Ratios with an empty denominator are null.
 --
--- Inputs: p_edges, p_timeouts, p_timeout_values, layers, clock_skew, params.
+-- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_latency, layers, clock_skew,
+--   params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
 --   retry_success_rate, retry_ratio, edge_amplification, max_attempt, max_outer_attempt,
@@ -66,6 +71,13 @@ modes AS (
   ) ranked
   WHERE r = 1
 ),
+tail AS (
+  SELECT service, deadline_ms, SUM(at_or_below) AS at_or_below, SUM(n) AS n
+  FROM p_tail GROUP BY service, deadline_ms
+),
+latency_totals AS (
+  SELECT service, SUM(n) AS total FROM p_latency GROUP BY service
+),
 timeouts AS (
   SELECT md.caller, md.callee, md.operation,
     CASE WHEN mo.mode_n * 2 >= md.total THEN mo.mode_ms ELSE md.median_ms END AS timeout_ms
@@ -87,6 +99,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   t.timeout_ms,
   l.p999_ms AS callee_p999_ms,
   CASE WHEN t.timeout_ms IS NULL OR l.p999_ms IS NULL THEN NULL
+       WHEN ABS(tl.n - lt.total) <= 1e-9 * lt.total THEN tl.at_or_below < CEIL(0.999 * lt.total)
        ELSE t.timeout_ms < l.p999_ms END AS timeout_below_tail,
   l.p999_ms * p.timeout_factor AS recommended_timeout_ms,
   CAST(ROUND(e.orphan_pairs) AS BIGINT) AS orphan_pairs, e.orphan_work_ms / 1e3 AS orphan_work_seconds,
@@ -99,5 +112,7 @@ FROM e
 CROSS JOIN params p
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
 LEFT JOIN layers l ON l.service = e.callee
+LEFT JOIN tail tl ON tl.service = e.callee AND tl.deadline_ms = t.timeout_ms
+LEFT JOIN latency_totals lt ON lt.service = e.callee
 LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
 ORDER BY e.caller, e.callee, e.operation

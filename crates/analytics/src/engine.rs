@@ -59,6 +59,9 @@ impl Default for Params {
 pub struct WindowContext {
     pub servers: Vec<String>,
     pub clocks: ClockBounds,
+    /// (callee service, deadline value) pairs the window's callers gave most often: the
+    /// candidate timeouts `partial_tail` counts durations against (`window_timeouts`).
+    pub timeouts: Vec<(String, f64)>,
 }
 
 impl Params {
@@ -125,6 +128,25 @@ pub struct Partials {
 impl Partials {
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
+    }
+
+    /// Add this interval's candidate timeouts (`partial_timeout_values`: callee, value) to
+    /// `into`, each once.
+    pub fn timeouts_into(&self, into: &mut Vec<(String, f64)>) {
+        #[derive(Deserialize)]
+        struct Row {
+            callee: String,
+            deadline_ms: f64,
+        }
+        let Some(table) = self.table("partial_timeout_values") else {
+            return;
+        };
+        for r in rows::<Row>(table) {
+            let candidate = (r.callee, r.deadline_ms);
+            if !into.contains(&candidate) {
+                into.push(candidate);
+            }
+        }
     }
 
     /// Intersect this interval's clock bounds (`partial_clock_skew`) into `bounds`.
@@ -272,6 +294,8 @@ impl Engine {
         let ctx = Self::session_with_limit(self.memory_limit);
         let servers = window_servers(&window.servers);
         register(&ctx, "window_servers", servers.schema(), vec![servers])?;
+        let timeouts = window_timeouts(&window.timeouts);
+        register(&ctx, "window_timeouts", timeouts.schema(), vec![timeouts])?;
         let started = std::time::Instant::now();
         let Lineage {
             batch: lineage,
@@ -477,6 +501,20 @@ pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
     match serde_json::from_slice(&buffer) {
         Ok(rows) => rows,
         Err(e) => unreachable!("rows follow their query's header contract: {e}"),
+    }
+}
+
+/// The `window_timeouts` table: (service, deadline_ms) per row.
+fn window_timeouts(timeouts: &[(String, f64)]) -> RecordBatch {
+    let schema = Schema::new(vec![
+        Field::new("service", DataType::Utf8, false),
+        Field::new("deadline_ms", DataType::Float64, false),
+    ]);
+    let services = StringArray::from_iter_values(timeouts.iter().map(|(s, _)| s));
+    let values = Float64Array::from_iter_values(timeouts.iter().map(|(_, v)| *v));
+    match RecordBatch::try_new(Arc::new(schema), vec![Arc::new(services), Arc::new(values)]) {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("two columns match their schema: {e}"),
     }
 }
 

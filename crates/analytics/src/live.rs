@@ -484,7 +484,8 @@ impl LiveAnalysis {
     }
 
     /// What the next chunk needs from the window: the services seen serving, and the clock
-    /// bounds of the window's intervals and of the current one's chunks so far.
+    /// bounds and candidate timeouts of the window's intervals and of the current one's
+    /// chunks so far.
     async fn window_context(&self) -> WindowContext {
         let servers: Vec<String> = self
             .servers
@@ -494,13 +495,20 @@ impl LiveAnalysis {
             .cloned()
             .collect();
         let mut clocks = ClockBounds::new();
+        let mut timeouts = Vec::new();
         for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             interval.partials.clock_bounds_into(&mut clocks);
+            interval.partials.timeouts_into(&mut timeouts);
         }
         for chunk in &self.current.lock().await.chunks {
             chunk.clock_bounds_into(&mut clocks);
+            chunk.timeouts_into(&mut timeouts);
         }
-        WindowContext { servers, clocks }
+        WindowContext {
+            servers,
+            clocks,
+            timeouts,
+        }
     }
 
     /// Take queued traces up to a chunk's bytes, as one batch with its reservation: when a

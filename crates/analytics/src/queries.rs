@@ -29,6 +29,8 @@ pub const DERIVED: &[Query] = &[
     query!("entries"),
     query!("orphans"),
     query!("findings"),
+    query!("timeout_values"),
+    query!("layer_durations"),
 ];
 
 /// Per-interval partial aggregates; each is registered as `p_<name minus "partial_">` for
@@ -48,6 +50,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_orphan_list"),
     query!("partial_links"),
     query!("partial_clock_skew"),
+    query!("partial_tail"),
 ];
 
 /// Window figures, in dependency order.

@@ -686,3 +686,46 @@ async fn deadline_on_grpc_call_span() {
         Some(true)
     );
 }
+
+/// The timeout is compared with the callee's P99.9 exactly: a 201 ms timeout against a
+/// P99.9 of 203 ms (3 of 1,000 requests) is below the tail, although both fall in the same
+/// 2% bucket, whose value (200.4 ms) read "not below".
+#[tokio::test]
+async fn timeout_compared_with_exact_p999() {
+    use fixtures::{CLIENT, SERVER, deadline};
+    let mut s = Spans::default();
+    for t in 1..=1000u32 {
+        let server_ms = if t <= 3 { 203.0 } else { 100.0 };
+        let p = s.add(t, None, "web", "GET /", SERVER, 0.0, 400.0, vec![]);
+        let attrs = vec![fixtures::peer("inv"), deadline(201)];
+        let c = s.add(
+            t,
+            Some(p),
+            "web",
+            "GET",
+            CLIENT,
+            1.0,
+            2.0 + server_ms,
+            attrs,
+        );
+        s.add(
+            t,
+            Some(c),
+            "inv",
+            "GET /stock",
+            SERVER,
+            1.5,
+            1.5 + server_ms,
+            vec![],
+        );
+    }
+    let r = report(&s).await;
+    let e = edge(&r, "web", "inv");
+    assert_eq!(e.timeout_ms, Some(201.0));
+    assert!(
+        e.callee_p999_ms.is_some_and(|p| p < 201.0),
+        "bucketed {:?}",
+        e.callee_p999_ms
+    );
+    assert_eq!(e.timeout_below_tail, Some(true));
+}

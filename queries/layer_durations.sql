@@ -1,0 +1,19 @@
+-- layer_durations: one row per request a layer served, with its duration: SERVER span
+-- durations, and for callees that send no SERVER spans (uninstrumented, e.g. a database:
+-- none in this data nor, live, earlier in the window, `window_servers`) the
+-- client-observed attempt durations. The one definition of "layer latency" that
+-- partial_latency (the histograms) and partial_tail (the exact P99.9 comparison) count.
+--
+-- Inputs: spans, attempts, window_servers.
+-- Output: service, ms, weight
+WITH instrumented AS (
+  SELECT DISTINCT service_name AS service FROM spans WHERE kind = 'server'
+  UNION
+  SELECT service FROM window_servers
+)
+SELECT service_name AS service, duration_ns / 1e6 AS ms, weight
+FROM spans WHERE kind = 'server'
+UNION ALL
+SELECT a.callee AS service, a.duration_ms AS ms, a.weight
+FROM attempts a LEFT JOIN instrumented i ON i.service = a.callee
+WHERE i.service IS NULL
