@@ -7,7 +7,8 @@
 --                         (attempt start - ancestor start)), by more than deadlines.tolerance_ms;
 --                         in gRPC's shape a budget on the call span is checked the same way,
 --                         against the anchor above the call span;
---   overcommit            two or more sequential (non-overlapping) budgeted logical calls of one
+--   overcommit            two or more sequential (overlapping by at most the tolerance)
+--                         budgeted logical calls of one
 --                         parent, none inverted, whose budgets sum to more than the parent's
 --                         budget (plus tolerance); one finding per parent, named after the call
 --                         whose budget crosses it;
@@ -48,10 +49,11 @@ ordered AS (
   FROM budgeted b
 ),
 sequential_calls AS (
-  -- not overlapping any budgeted sibling
-  SELECT * FROM ordered
-  WHERE (earlier_end_ns IS NULL OR earlier_end_ns <= start_ns)
-    AND (next_start_ns IS NULL OR next_start_ns >= end_ns)
+  -- not overlapping any budgeted sibling by more than deadlines.tolerance_ms: clocks of
+  -- millisecond resolution make back-to-back calls touch or overlap by a tick
+  SELECT o.* FROM ordered o CROSS JOIN params p
+  WHERE (o.earlier_end_ns IS NULL OR o.earlier_end_ns <= o.start_ns + p.deadline_tolerance_ms * 1e6)
+    AND (o.next_start_ns IS NULL OR o.next_start_ns >= o.end_ns - p.deadline_tolerance_ms * 1e6)
 ),
 sequential AS (
   -- budget_so_far: this call's budget plus every earlier sequential sibling's

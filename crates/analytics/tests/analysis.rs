@@ -729,3 +729,28 @@ async fn timeout_compared_with_exact_p999() {
     );
     assert_eq!(e.timeout_below_tail, Some(true));
 }
+
+/// Coarse clocks: two back-to-back calls of 500 ms and 400 ms budget under an 800 ms
+/// handler, the second stamped half a millisecond before the first ended (millisecond
+/// timestamps), are still sequential: one overcommit.
+#[tokio::test]
+async fn back_to_back_calls_overlapping_by_a_tick_are_sequential() {
+    use fixtures::{CLIENT, SERVER, deadline};
+    let mut s = Spans::default();
+    let p = s.add(
+        1,
+        None,
+        "web",
+        "GET /",
+        SERVER,
+        0.0,
+        800.0,
+        vec![deadline(800)],
+    );
+    let first = vec![fixtures::peer("a"), deadline(500)];
+    s.add(1, Some(p), "web", "GET", CLIENT, 1.0, 100.0, first);
+    let second = vec![fixtures::peer("b"), deadline(400)];
+    s.add(1, Some(p), "web", "GET", CLIENT, 99.5, 200.0, second);
+    let r = report(&s).await;
+    assert_eq!(findings(&r, "overcommit"), 1, "{:?}", r.findings);
+}
