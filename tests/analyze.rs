@@ -737,3 +737,118 @@ fn sampled_traces_count_by_their_adjusted_count() {
         assert_eq!(findings(report), 4 * findings(&kept));
     }
 }
+
+/// Exactness, live and offline alike: a deadline on a gRPC call span is the call's budget
+/// (900 ms under an 800 ms handler: an inversion; two of 500 ms: an overcommit); two calls
+/// overlapping by half a millisecond are still sequential (another overcommit); a 201 ms
+/// timeout is below a 203 ms P99.9 although both share a 2% bucket.
+#[test]
+fn exactness_agrees_live_and_offline() {
+    use fixtures::{CLIENT, INTERNAL, SERVER, deadline, grpc_status};
+    use stormglass_model::testing::kv;
+    let mut s = Spans::default();
+    let grpc = |extra: Vec<_>| {
+        let mut v = vec![kv("rpc.service", "back"), kv("rpc.method", "Get")];
+        v.extend(extra);
+        v
+    };
+    for (trace, budgets) in [(1u32, vec![500, 500]), (2, vec![900])] {
+        let p = s.add(
+            trace,
+            None,
+            "front",
+            "GET /",
+            SERVER,
+            0.0,
+            800.0,
+            vec![deadline(800)],
+        );
+        for (i, budget) in budgets.iter().enumerate() {
+            let at = 1.0 + 100.0 * i as f64;
+            let call = grpc(vec![deadline(*budget)]);
+            let call = s.add(trace, Some(p), "front", "Get", CLIENT, at, at + 50.0, call);
+            let attempt = grpc(vec![kv("previous-rpc-attempts", "0"), grpc_status(0)]);
+            s.add(
+                trace,
+                Some(call),
+                "front",
+                "Get",
+                INTERNAL,
+                at + 1.0,
+                at + 49.0,
+                attempt,
+            );
+        }
+    }
+    let p = s.add(
+        3,
+        None,
+        "web",
+        "GET /",
+        SERVER,
+        0.0,
+        800.0,
+        vec![deadline(800)],
+    );
+    s.add(
+        3,
+        Some(p),
+        "web",
+        "GET",
+        CLIENT,
+        1.0,
+        100.0,
+        vec![fixtures::peer("a"), deadline(500)],
+    );
+    s.add(
+        3,
+        Some(p),
+        "web",
+        "GET",
+        CLIENT,
+        99.5,
+        200.0,
+        vec![fixtures::peer("b"), deadline(400)],
+    );
+    for t in 10..1010u32 {
+        let server_ms = if t < 13 { 203.0 } else { 100.0 };
+        let p = s.add(t, None, "shop", "GET /", SERVER, 0.0, 400.0, vec![]);
+        let attrs = vec![fixtures::peer("inv"), deadline(201)];
+        let c = s.add(
+            t,
+            Some(p),
+            "shop",
+            "GET",
+            CLIENT,
+            1.0,
+            2.0 + server_ms,
+            attrs,
+        );
+        s.add(
+            t,
+            Some(c),
+            "inv",
+            "GET /stock",
+            SERVER,
+            1.5,
+            1.5 + server_ms,
+            vec![],
+        );
+    }
+    let report = offline_and_live("exactness", &s);
+    let count = |kind: &str, caller: &str| -> u64 {
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == kind && f["caller"] == caller)
+            .map(|f| f["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(count("deadline_inversion", "front"), 1);
+    assert_eq!(count("overcommit", "front"), 1);
+    assert_eq!(count("overcommit", "web"), 1);
+    let inv = edge(&report, "shop", "inv");
+    assert_eq!(inv["timeout_ms"], 201.0);
+    assert_eq!(inv["timeout_below_tail"], true);
+}
