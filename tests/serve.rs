@@ -122,6 +122,7 @@ fn sigterm_releases_open_traces() {
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "1h"),
         ("STORMGLASS_ASSEMBLY__MAX_AGE", "2h"),
+        ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
     ]);
     emit(http_provider(&server, Protocol::HttpBinary), 4);
     assert_eq!(server.metric("stormglass_assembly_traces", &[]), 4.0);
@@ -132,6 +133,33 @@ fn sigterm_releases_open_traces() {
         "{stderr}"
     );
     assert!(stderr.contains("assembly drained open_spans=0"), "{stderr}");
+}
+
+/// A graceful stop publishes the last interval: the counters of series first seen in it
+/// (held back one interval so rate() sees them start at 0) reach /metrics, which keeps
+/// answering for shutdown.drain, and the process then exits 0.
+#[test]
+fn sigterm_publishes_final_counters_during_drain() {
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "1h"),
+        ("STORMGLASS_ASSEMBLY__MAX_AGE", "2h"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "1h"),
+        ("STORMGLASS_ANALYTICS__WINDOW", "1h"),
+        ("STORMGLASS_SHUTDOWN__DRAIN", "3s"),
+    ]);
+    emit(http_provider(&server, Protocol::HttpBinary), 4);
+    assert_eq!(server.metric("stormglass_logical_calls_total", &[]), 0.0);
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    server.wait_until("the last interval's counters on /metrics", |s| {
+        s.metric("stormglass_logical_calls_total", &[]) == 4.0
+    });
+    let (ok, stderr) = server.terminate();
+    assert!(ok, "non-zero exit: {stderr}");
+    assert!(stderr.contains("shutdown.drain"), "{stderr}");
 }
 
 /// Over assembly.max_spans: exporters are told to retry, /readyz reports not ready, and the

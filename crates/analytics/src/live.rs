@@ -181,6 +181,10 @@ impl AnalysisMetrics {
 /// slow work (network) belongs in a spawned task.
 pub trait IntervalObserver: Send + Sync {
     fn interval(&self, partials: &Partials, report: &Arc<Report>, now: SystemTime);
+
+    /// Called once after the last interval at shutdown: publish what would otherwise wait
+    /// for an interval that never comes.
+    fn shutdown(&self, _now: SystemTime) {}
 }
 
 struct Interval {
@@ -554,6 +558,11 @@ impl LiveAnalysis {
         Some((batch, reservation, spans, taken))
     }
 
+    /// Released spans waiting for analysis (what a bounded shutdown leaves unanalysed).
+    pub fn pending_spans(&self) -> usize {
+        self.lock_queue().spans
+    }
+
     fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -604,6 +613,13 @@ impl LiveAnalysis {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep_until(next) => {}
                 _ = shutdown.changed() => {}
+            }
+        }
+        {
+            let _inside = self.runtime.as_ref().map(|r| r.enter());
+            let now = SystemTime::now();
+            for observer in &self.observers {
+                observer.shutdown(now);
             }
         }
         tracing::info!("ran the last analysis at shutdown");

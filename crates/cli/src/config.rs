@@ -41,6 +41,7 @@ pub struct Config {
     pub deadlines: DeadlinesConfig,
     pub clocks: ClocksConfig,
     pub sampling: SamplingConfig,
+    pub shutdown: ShutdownConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
@@ -136,6 +137,29 @@ impl Default for ClocksConfig {
     }
 }
 
+/// `shutdown.*`: a graceful stop (SIGTERM, SIGINT).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// Bound on releasing and analysing every open trace; what is left unanalysed after it
+    /// is logged with its span count.
+    #[serde(with = "stormglass_analytics::duration")]
+    pub timeout: std::time::Duration,
+    /// How long `/metrics` and the API keep answering after the last analysis, so the last
+    /// scrape sees the final counters (set it to a scrape interval).
+    #[serde(with = "stormglass_analytics::duration")]
+    pub drain: std::time::Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            timeout: std::time::Duration::from_secs(30),
+            drain: std::time::Duration::from_secs(15),
+        }
+    }
+}
+
 /// `sampling.*`: for SDKs that sample by ratio without writing OpenTelemetry's threshold
 /// into the tracestate (`ot=th:`, which is read first when present).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -201,7 +225,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 10] = [
+pub const SECTIONS: [&str; 11] = [
     "listen",
     "limits",
     "assembly",
@@ -211,6 +235,7 @@ pub const SECTIONS: [&str; 10] = [
     "deadlines",
     "clocks",
     "sampling",
+    "shutdown",
     "alerts",
 ];
 
@@ -287,6 +312,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         deadlines: section(&mut sections, "deadlines", errors),
         clocks: section(&mut sections, "clocks", errors),
         sampling: section(&mut sections, "sampling", errors),
+        shutdown: section(&mut sections, "shutdown", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };

@@ -37,6 +37,7 @@ pub struct Collector {
     pub evaluator: Arc<AlertEvaluator>,
     /// How long a trace takes from its last span to the report: assembly idle + interval.
     settle: std::time::Duration,
+    shutdown: crate::config::ShutdownConfig,
     assembly: Arc<Assembly>,
     receivers_task: JoinHandle<Result<(), ServeError>>,
     stop_receivers: watch::Sender<bool>,
@@ -148,6 +149,7 @@ impl Collector {
             analysis,
             evaluator,
             settle: config.assembly.idle + config.analytics.interval,
+            shutdown: config.shutdown.clone(),
             assembly,
             receivers_task: tokio::spawn(receivers.wait()),
             stop_receivers,
@@ -174,18 +176,20 @@ impl Collector {
             }
             joined = &mut self.receivers_task => Some(joined),
         };
-        self.shutdown(finished).await
+        let drain = self.shutdown.drain;
+        self.shutdown(finished, drain).await
     }
 
     /// Stop in order: receivers (finishing in-flight requests), assembly (releasing every
-    /// open trace), the last analysis, the API.
+    /// open trace), the last analysis, the API; without a drain (the demo's stop).
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown(None).await
+        self.shutdown(None, std::time::Duration::ZERO).await
     }
 
     async fn shutdown(
         self,
         receivers_finished: Option<Result<Result<(), ServeError>, JoinError>>,
+        drain: std::time::Duration,
     ) -> anyhow::Result<()> {
         let _ = self.stop_receivers.send(true);
         let receivers = match receivers_finished {
@@ -197,7 +201,29 @@ impl Collector {
         let (open_spans, _) = self.assembly.open();
         tracing::info!(open_spans, "assembly drained");
         let _ = self.stop_analysis.send(true);
-        join(self.analysis_thread, "analysis").await?;
+        // The last analysis (every released trace, the final counters, resolved alerts),
+        // bounded by shutdown.timeout.
+        let analysed = tokio::time::timeout(
+            self.shutdown.timeout,
+            join(self.analysis_thread, "analysis"),
+        )
+        .await;
+        match analysed {
+            Ok(joined) => joined?,
+            Err(_) => tracing::error!(
+                timeout = ?self.shutdown.timeout,
+                unanalysed_spans = self.analysis.pending_spans(),
+                "the last analysis did not finish within shutdown.timeout; stopping without it"
+            ),
+        }
+        self.evaluator.finish_sending().await;
+        if !drain.is_zero() {
+            tracing::info!(
+                ?drain,
+                "serving /metrics until the last scrape (shutdown.drain)"
+            );
+            tokio::time::sleep(drain).await;
+        }
         let _ = self.stop_api.send(true);
         self.api_task.await.context("the API task failed")??;
         receivers

@@ -327,15 +327,25 @@ impl FigureMetrics {
     }
 
     /// Add one interval's partial aggregates to the counters and the histogram.
-    pub fn add_interval(&self, partials: &Partials) {
+    /// Apply the increments deferred by the last interval (new series start at 0).
+    pub fn flush_deferred(&self) {
         let mut state = self.lock();
-        let state = &mut *state;
+        Self::apply_deferred(&mut state);
+    }
+
+    fn apply_deferred(state: &mut State) {
         for (family, key, v) in std::mem::take(&mut state.deferred) {
             *state.counters[family].series.entry(key).or_default() += v;
         }
         for (service, b) in std::mem::take(&mut state.deferred_durations) {
             merge(state.durations.entry(service).or_default(), &b);
         }
+    }
+
+    pub fn add_interval(&self, partials: &Partials) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        Self::apply_deferred(state);
         let mut add =
             |family: usize, labels: Vec<String>, v: f64| self.add(state, family, labels, v);
 
@@ -598,6 +608,12 @@ impl IntervalObserver for FigureMetrics {
     fn interval(&self, partials: &Partials, report: &Arc<Report>, _now: SystemTime) {
         self.add_interval(partials);
         self.set_window(report);
+    }
+
+    /// The last interval's increments of new series were deferred to the next one, which
+    /// never comes: apply them, so the last scrape (during `shutdown.drain`) sees them.
+    fn shutdown(&self, _now: SystemTime) {
+        self.flush_deferred();
     }
 }
 

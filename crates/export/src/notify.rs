@@ -200,6 +200,8 @@ pub struct AlertEvaluator {
     client: reqwest::Client,
     active: Mutex<BTreeMap<AlertKey, Active>>,
     metrics: NotifyMetrics,
+    /// Notifications being sent, so shutdown can wait for them.
+    in_flight: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl AlertEvaluator {
@@ -243,6 +245,7 @@ impl AlertEvaluator {
                 notifications,
                 alerts,
             },
+            in_flight: Mutex::new(Vec::new()),
         }))
     }
 
@@ -418,7 +421,9 @@ impl AlertEvaluator {
         for (receiver, url, body) in posts {
             let client = self.client.clone();
             let counter = self.metrics.notifications.clone();
-            runtime.spawn(async move {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            in_flight.retain(|task| !task.is_finished());
+            in_flight.push(runtime.spawn(async move {
                 let result = match body {
                     Ok(body) => client
                         .post(&url)
@@ -438,7 +443,38 @@ impl AlertEvaluator {
                         tracing::warn!(receiver, url, error, "alert notification failed");
                     }
                 }
-            });
+            }));
+        }
+    }
+}
+
+impl AlertEvaluator {
+    /// Resolve every firing alert (stormglass stops evaluating them) and send the
+    /// resolved notifications.
+    pub fn resolve_all(&self, now: SystemTime) {
+        let ended: Vec<Active> = {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *active).into_values().collect()
+        };
+        let due: Vec<WebhookAlert> = ended
+            .iter()
+            .filter(|a| a.firing_since.is_some())
+            .map(|a| {
+                tracing::info!(alert = a.definition.name, labels = ?a.labels, "alert resolved at shutdown");
+                self.notification(a, "resolved", now)
+            })
+            .collect();
+        for state in ["firing", "pending"] {
+            self.metrics.alerts.with_label_values(&[state]).set(0);
+        }
+        self.send(due);
+    }
+
+    /// Wait for the notifications being sent, each bounded by `alerts.send_timeout`.
+    pub async fn finish_sending(&self) {
+        let tasks = std::mem::take(&mut *self.in_flight.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            let _ = task.await;
         }
     }
 }
@@ -447,6 +483,10 @@ impl IntervalObserver for AlertEvaluator {
     fn interval(&self, _partials: &Partials, report: &Arc<Report>, now: SystemTime) {
         let due = self.evaluate(report, now);
         self.send(due);
+    }
+
+    fn shutdown(&self, now: SystemTime) {
+        self.resolve_all(now);
     }
 }
 

@@ -57,6 +57,17 @@ async fn take(received: &Received, n: usize) -> Vec<(String, Value)> {
     }
 }
 
+/// An evaluator with the default thresholds and a 10 s interval.
+fn evaluator(config: NotifyConfig) -> Arc<AlertEvaluator> {
+    AlertEvaluator::register(
+        &Registry::new(),
+        config,
+        AlertThresholds::default(),
+        Duration::from_secs(10),
+    )
+    .unwrap()
+}
+
 fn report_with(alerts: Vec<Alert>) -> Arc<Report> {
     Arc::new(Report {
         alerts,
@@ -94,13 +105,7 @@ async fn for_resend_and_resolve() {
         labels: BTreeMap::from([("source".to_owned(), "stormglass".to_owned())]),
         ..NotifyConfig::default()
     };
-    let evaluator = AlertEvaluator::register(
-        &Registry::new(),
-        config,
-        AlertThresholds::default(),
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    let evaluator = evaluator(config);
     evaluator.set_generator_url("http://127.0.0.1:9464/api/v1/alerts".into());
     let t0 = SystemTime::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
@@ -228,4 +233,31 @@ async fn short_blips_and_dead_receivers() {
         assert!(Instant::now() < deadline, "the failed send was not counted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// At shutdown every firing alert is sent once as resolved (endsAt = now), a pending one is
+/// dropped silently, and shutdown can wait until the notifications are out.
+#[tokio::test]
+async fn shutdown_resolves_firing_alerts() {
+    let (url, received) = receiver().await;
+    let config = NotifyConfig {
+        webhooks: vec![format!("{url}/hook")],
+        ..NotifyConfig::default()
+    };
+    let evaluator = evaluator(config);
+    let t0 = SystemTime::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    evaluator.interval(&partials(), &report_with(vec![amplification(27.0)]), at(0));
+    evaluator.interval(
+        &partials(),
+        &report_with(vec![amplification(27.0)]),
+        at(120),
+    );
+    take(&received, 1).await;
+    evaluator.shutdown(at(130));
+    evaluator.finish_sending().await;
+    let sent = received.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "sent before finish_sending returned");
+    assert_eq!(sent[0].1["status"], "resolved");
+    assert!(evaluator.alerts().is_empty());
 }
