@@ -40,9 +40,77 @@ enum Rule {
     },
 }
 
+/// An alert about stormglass itself (meta-monitoring): Prometheus evaluates these, as the
+/// built-in evaluator cannot report its own absence.
+struct SelfAlert {
+    name: &'static str,
+    expr: &'static str,
+    hold: &'static str,
+    severity: &'static str,
+    summary: &'static str,
+    description: &'static str,
+}
+
+/// The meta-monitoring alerts; each has a runbook in the README under its name.
+const SELF_ALERTS: [SelfAlert; 6] = [
+    SelfAlert {
+        name: "StormglassDown",
+        expr: "up{job=\"stormglass\"} == 0",
+        hold: "5m",
+        severity: "critical",
+        summary: "stormglass {{ $labels.instance }} is not being scraped",
+        description: "Prometheus cannot scrape {{ $labels.instance }}: its figures and alerts are stale, and exporters pointed at it may be losing spans.",
+    },
+    SelfAlert {
+        name: "StormglassRefusingSpans",
+        expr: "sum by (job, instance, reason) (rate(stormglass_receiver_refused_requests_total[5m])) > 0",
+        hold: "10m",
+        severity: "warning",
+        summary: "stormglass {{ $labels.instance }} refuses export requests ({{ $labels.reason }})",
+        description: "{{ $labels.instance }} has told exporters to retry for 10 minutes ({{ $labels.reason }}): they queue and eventually drop spans, and the figures miss them.",
+    },
+    SelfAlert {
+        name: "StormglassAnalysisFailing",
+        expr: "sum by (job, instance) (increase(stormglass_analysis_failures_total[10m])) > 0 or sum by (job, instance) (increase(stormglass_internal_errors_total[10m])) > 0",
+        hold: "0m",
+        severity: "critical",
+        summary: "stormglass {{ $labels.instance }} fails to analyse",
+        description: "An analysis or an internal task of {{ $labels.instance }} failed in the last 10 minutes; /healthz names the task and the error.",
+    },
+    SelfAlert {
+        name: "StormglassAnalysisLagging",
+        expr: "min_over_time(stormglass_analysis_pending_spans[15m]) > 0 and deriv(stormglass_analysis_pending_spans[15m]) > 0",
+        hold: "5m",
+        severity: "warning",
+        summary: "stormglass {{ $labels.instance }} falls behind its input",
+        description: "Released spans waiting for analysis on {{ $labels.instance }} have grown for 15 minutes without ever emptying: figures lag, and the memory budget will soon refuse spans.",
+    },
+    SelfAlert {
+        name: "StormglassSeriesOverflow",
+        expr: "sum by (job, instance, metric) (increase(stormglass_export_overflow_total[15m])) > 0",
+        hold: "0m",
+        severity: "warning",
+        summary: "{{ $labels.metric }} folds new series into __overflow__",
+        description: "{{ $labels.metric }} on {{ $labels.instance }} reached limits.max_series_per_metric: new caller/callee/operation series are folded together and their per-series figures are lost.",
+    },
+    SelfAlert {
+        name: "StormglassNotificationsFailing",
+        expr: "sum by (job, instance, receiver) (increase(stormglass_alert_notifications_total{result=\"failed\"}[15m])) > 0",
+        hold: "0m",
+        severity: "warning",
+        summary: "stormglass {{ $labels.instance }} cannot notify its {{ $labels.receiver }}",
+        description: "Alert notifications from {{ $labels.instance }} to its {{ $labels.receiver }} failed in the last 15 minutes: nobody may hear about a storm.",
+    },
+];
+
 /// The runbook link of an alert.
 pub fn runbook_url(base: &str, anchor: &str) -> String {
     format!("{base}#{anchor}")
+}
+
+/// The names of the meta-monitoring alerts (for tests and docs).
+pub fn self_alert_names() -> impl Iterator<Item = &'static str> {
+    SELF_ALERTS.iter().map(|a| a.name)
 }
 
 /// The rules file for `thresholds`, with runbook links under `runbook_base`.
@@ -69,6 +137,24 @@ pub fn render(thresholds: &AlertThresholds, runbook_base: &str) -> String {
             .into(),
         })
         .collect();
+    let meta = SELF_ALERTS
+        .iter()
+        .map(|a| Rule::Alert {
+            alert: a.name,
+            expr: a.expr.to_owned(),
+            hold: a.hold.to_owned(),
+            labels: [("severity", a.severity)].into(),
+            annotations: [
+                ("summary", a.summary.to_owned()),
+                ("description", a.description.to_owned()),
+                (
+                    "runbook_url",
+                    runbook_url(runbook_base, &a.name.to_ascii_lowercase()),
+                ),
+            ]
+            .into(),
+        })
+        .collect();
     let file = File {
         groups: vec![
             Group {
@@ -78,6 +164,10 @@ pub fn render(thresholds: &AlertThresholds, runbook_base: &str) -> String {
             Group {
                 name: "stormglass.alerts",
                 rules: alerting,
+            },
+            Group {
+                name: "stormglass.self",
+                rules: meta,
             },
         ],
     };
