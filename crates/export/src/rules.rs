@@ -63,7 +63,7 @@ const SELF_ALERTS: [SelfAlert; 6] = [
     },
     SelfAlert {
         name: "StormglassRefusingSpans",
-        expr: "sum by (job, instance, reason) (rate(stormglass_receiver_refused_requests_total[5m])) > 0",
+        expr: "sum by (job, instance, reason) (rate(stormglass_receiver_refused_requests_total{reason!=\"invalid\"}[5m])) > 0",
         hold: "10m",
         severity: "warning",
         summary: "stormglass {{ $labels.instance }} refuses export requests ({{ $labels.reason }})",
@@ -79,11 +79,11 @@ const SELF_ALERTS: [SelfAlert; 6] = [
     },
     SelfAlert {
         name: "StormglassAnalysisLagging",
-        expr: "min_over_time(stormglass_analysis_pending_spans[15m]) > 0 and deriv(stormglass_analysis_pending_spans[15m]) > 0",
-        hold: "5m",
+        expr: "stormglass_analysis_pending_spans > 300 * rate(stormglass_analysis_spans_total[5m])",
+        hold: "10m",
         severity: "warning",
         summary: "stormglass {{ $labels.instance }} falls behind its input",
-        description: "Released spans waiting for analysis on {{ $labels.instance }} have grown for 15 minutes without ever emptying: figures lag, and the memory budget will soon refuse spans.",
+        description: "More than five minutes of analysis throughput has been waiting on {{ $labels.instance }} for 10 minutes: figures lag, and the memory budget will soon refuse spans.",
     },
     SelfAlert {
         name: "StormglassSeriesOverflow",
