@@ -744,97 +744,11 @@ fn sampled_traces_count_by_their_adjusted_count() {
 /// timeout is below a 203 ms P99.9 although both share a 2% bucket.
 #[test]
 fn exactness_agrees_live_and_offline() {
-    use fixtures::{CLIENT, INTERNAL, SERVER, deadline, grpc_status};
-    use stormglass_model::testing::kv;
     let mut s = Spans::default();
-    let grpc = |extra: Vec<_>| {
-        let mut v = vec![kv("rpc.service", "back"), kv("rpc.method", "Get")];
-        v.extend(extra);
-        v
-    };
-    for (trace, budgets) in [(1u32, vec![500, 500]), (2, vec![900])] {
-        let p = s.add(
-            trace,
-            None,
-            "front",
-            "GET /",
-            SERVER,
-            0.0,
-            800.0,
-            vec![deadline(800)],
-        );
-        for (i, budget) in budgets.iter().enumerate() {
-            let at = 1.0 + 100.0 * i as f64;
-            let call = grpc(vec![deadline(*budget)]);
-            let call = s.add(trace, Some(p), "front", "Get", CLIENT, at, at + 50.0, call);
-            let attempt = grpc(vec![kv("previous-rpc-attempts", "0"), grpc_status(0)]);
-            s.add(
-                trace,
-                Some(call),
-                "front",
-                "Get",
-                INTERNAL,
-                at + 1.0,
-                at + 49.0,
-                attempt,
-            );
-        }
-    }
-    let p = s.add(
-        3,
-        None,
-        "web",
-        "GET /",
-        SERVER,
-        0.0,
-        800.0,
-        vec![deadline(800)],
-    );
-    s.add(
-        3,
-        Some(p),
-        "web",
-        "GET",
-        CLIENT,
-        1.0,
-        100.0,
-        vec![fixtures::peer("a"), deadline(500)],
-    );
-    s.add(
-        3,
-        Some(p),
-        "web",
-        "GET",
-        CLIENT,
-        99.5,
-        200.0,
-        vec![fixtures::peer("b"), deadline(400)],
-    );
-    for t in 10..1010u32 {
-        let server_ms = if t < 13 { 203.0 } else { 100.0 };
-        let p = s.add(t, None, "shop", "GET /", SERVER, 0.0, 400.0, vec![]);
-        let attrs = vec![fixtures::peer("inv"), deadline(201)];
-        let c = s.add(
-            t,
-            Some(p),
-            "shop",
-            "GET",
-            CLIENT,
-            1.0,
-            2.0 + server_ms,
-            attrs,
-        );
-        s.add(
-            t,
-            Some(c),
-            "inv",
-            "GET /stock",
-            SERVER,
-            1.5,
-            1.5 + server_ms,
-            vec![],
-        );
-    }
+    fixtures::grpc_call_budgets(&mut s, 1, "front", &[500, 500]);
+    fixtures::grpc_call_budgets(&mut s, 2, "front", &[900]);
+    fixtures::tick_overlap(&mut s, 3, "web");
+    fixtures::tail_timeout(&mut s, 10..1010, "shop");
     let report = offline_and_live("exactness", &s);
     let count = |kind: &str, caller: &str| -> u64 {
         report["findings"]

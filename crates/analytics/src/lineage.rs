@@ -221,6 +221,11 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     drop(index);
     let parent_of = |row: usize| parent_rows[row];
     let (clock_pairs, offsets) = clock_offsets(spans, &parent_rows, prior, tolerance_ms);
+    // Looked up per SERVER span: borrowed keys, no allocation.
+    let offsets: HashMap<(&str, &str), i64> = offsets
+        .iter()
+        .map(|((caller, callee), ns)| ((caller.as_str(), callee.as_str()), *ns))
+        .collect();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
     let edge_offset = |p: usize, row: usize| -> i64 {
         if offsets.is_empty() || kind.value(row) != "server" {
@@ -230,10 +235,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         if caller == callee {
             return 0;
         }
-        offsets
-            .get(&(caller.to_owned(), callee.to_owned()))
-            .copied()
-            .unwrap_or(0)
+        offsets.get(&(caller, callee)).copied().unwrap_or(0)
     };
     // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
     let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
@@ -381,7 +383,8 @@ fn clock_offsets(
     let start = column(col::START_NS).as_primitive::<Int64Type>();
     let end = column(col::END_NS).as_primitive::<Int64Type>();
     let (mut callers, mut callees, mut lows, mut highs) = (vec![], vec![], vec![], vec![]);
-    let mut bounds = prior.clone();
+    // This chunk's bounds, keyed by the batch's own strings; owned only per service pair.
+    let mut chunk: HashMap<(&str, &str), Bound> = HashMap::new();
     for (row, parent) in parent_rows.iter().enumerate() {
         let Some(p) = *parent else { continue };
         // Only an answered call must contain its callee's span.
@@ -397,13 +400,15 @@ fn clock_offsets(
         }
         let low_ms = (start.value(p) - start.value(row)) as f64 / 1e6;
         let high_ms = (end.value(p) - end.value(row)) as f64 / 1e6;
-        let pair = (service.value(p).to_owned(), service.value(row).to_owned());
         let bound = Bound {
             low_ms,
             high_ms,
             pairs: 1,
         };
-        clock::add(&mut bounds, pair, bound);
+        chunk
+            .entry((service.value(p), service.value(row)))
+            .and_modify(|b| *b = b.merge(bound))
+            .or_insert(bound);
         callers.push(service.value(p));
         callees.push(service.value(row));
         lows.push(low_ms);
@@ -422,6 +427,10 @@ fn clock_offsets(
         Ok(batch) => batch,
         Err(e) => unreachable!("clock pair columns follow CLOCK_PAIRS_SCHEMA: {e}"),
     };
+    let mut bounds = prior.clone();
+    for ((caller, callee), bound) in chunk {
+        clock::add(&mut bounds, (caller.to_owned(), callee.to_owned()), bound);
+    }
     let offsets = bounds
         .into_iter()
         .filter_map(|(pair, b)| {

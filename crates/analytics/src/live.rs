@@ -191,7 +191,34 @@ struct Interval {
     start: SystemTime,
     end: SystemTime,
     partials: Arc<Partials>,
+    learned: Learned,
     _reservation: Reservation,
+}
+
+/// What later chunks of the window need from a chunk's partials (clock bounds, candidate
+/// timeouts), read once when the chunk is analysed rather than again for every chunk after.
+#[derive(Default)]
+struct Learned {
+    clocks: ClockBounds,
+    timeouts: Vec<(String, f64)>,
+}
+
+impl Learned {
+    fn add(&mut self, partials: &Partials) {
+        partials.clock_bounds_into(&mut self.clocks);
+        partials.timeouts_into(&mut self.timeouts);
+    }
+
+    fn merge_into(&self, context: &mut WindowContext) {
+        for (pair, bound) in &self.clocks {
+            crate::clock::add(&mut context.clocks, pair.clone(), *bound);
+        }
+        for candidate in &self.timeouts {
+            if !context.timeouts.contains(candidate) {
+                context.timeouts.push(candidate.clone());
+            }
+        }
+    }
 }
 
 /// Released traces waiting for analysis.
@@ -206,6 +233,7 @@ struct Queue {
 struct Current {
     start: SystemTime,
     chunks: Vec<Partials>,
+    learned: Learned,
 }
 
 /// The live analysis: a [`TraceSink`] plus the worker.
@@ -281,6 +309,7 @@ impl LiveAnalysis {
             current: tokio::sync::Mutex::new(Current {
                 start: SystemTime::now(),
                 chunks: Vec::new(),
+                learned: Learned::default(),
             }),
             servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
@@ -345,9 +374,10 @@ impl LiveAnalysis {
         let chunks = {
             let mut current = self.current.lock().await;
             let start = std::mem::replace(&mut current.start, now);
-            (start, std::mem::take(&mut current.chunks))
+            let learned = std::mem::take(&mut current.learned);
+            (start, std::mem::take(&mut current.chunks), learned)
         };
-        let (start, chunks) = chunks;
+        let (start, chunks, learned) = chunks;
         let partials = match Partials::concat(chunks) {
             Some(p) => p,
             None => {
@@ -364,6 +394,7 @@ impl LiveAnalysis {
                 start,
                 end: now,
                 partials: partials.clone(),
+                learned,
                 _reservation: reservation,
             });
             let horizon = now.checked_sub(self.config.window).unwrap_or(UNIX_EPOCH);
@@ -464,7 +495,9 @@ impl LiveAnalysis {
                         known.insert(service, now);
                     }
                 }
-                self.current.lock().await.chunks.push(partials.compact());
+                let mut current = self.current.lock().await;
+                current.learned.add(&partials);
+                current.chunks.push(partials.compact());
                 self.health.ok("analysis");
             }
             Ok(Err(e)) => {
@@ -498,21 +531,15 @@ impl LiveAnalysis {
             .keys()
             .cloned()
             .collect();
-        let mut clocks = ClockBounds::new();
-        let mut timeouts = Vec::new();
-        for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            interval.partials.clock_bounds_into(&mut clocks);
-            interval.partials.timeouts_into(&mut timeouts);
-        }
-        for chunk in &self.current.lock().await.chunks {
-            chunk.clock_bounds_into(&mut clocks);
-            chunk.timeouts_into(&mut timeouts);
-        }
-        WindowContext {
+        let mut context = WindowContext {
             servers,
-            clocks,
-            timeouts,
+            ..WindowContext::default()
+        };
+        for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            interval.learned.merge_into(&mut context);
         }
+        self.current.lock().await.learned.merge_into(&mut context);
+        context
     }
 
     /// Take queued traces up to a chunk's bytes, as one batch with its reservation: when a

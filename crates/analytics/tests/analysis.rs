@@ -623,53 +623,10 @@ async fn chunked_interval_equals_offline() {
 /// budget was nobody's).
 #[tokio::test]
 async fn deadline_on_grpc_call_span() {
-    use fixtures::{CLIENT, INTERNAL, SERVER, deadline, grpc_status};
-    use stormglass_model::testing::kv;
     let mut s = Spans::default();
-    let handler = |s: &mut Spans, trace: u32, budgets: &[i64]| {
-        let p = s.add(
-            trace,
-            None,
-            "web",
-            "GET /",
-            SERVER,
-            0.0,
-            800.0,
-            vec![deadline(800)],
-        );
-        for (i, budget) in budgets.iter().enumerate() {
-            let at = 1.0 + 100.0 * i as f64;
-            let grpc = |extra: Vec<_>| {
-                let mut v = vec![kv("rpc.service", "back"), kv("rpc.method", "Get")];
-                v.extend(extra);
-                v
-            };
-            let call = s.add(
-                trace,
-                Some(p),
-                "web",
-                "Get",
-                CLIENT,
-                at,
-                at + 50.0,
-                grpc(vec![deadline(*budget)]),
-            );
-            let attrs = grpc(vec![kv("previous-rpc-attempts", "0"), grpc_status(0)]);
-            s.add(
-                trace,
-                Some(call),
-                "web",
-                "Get",
-                INTERNAL,
-                at + 1.0,
-                at + 49.0,
-                attrs,
-            );
-        }
-    };
-    handler(&mut s, 1, &[300, 300]);
-    handler(&mut s, 2, &[500, 500]);
-    handler(&mut s, 3, &[900]);
+    fixtures::grpc_call_budgets(&mut s, 1, "web", &[300, 300]);
+    fixtures::grpc_call_budgets(&mut s, 2, "web", &[500, 500]);
+    fixtures::grpc_call_budgets(&mut s, 3, "web", &[900]);
     let r = report(&s).await;
     assert_eq!(findings(&r, "overcommit"), 1, "{:?}", r.findings);
     assert_eq!(findings(&r, "deadline_inversion"), 1, "{:?}", r.findings);
@@ -692,33 +649,8 @@ async fn deadline_on_grpc_call_span() {
 /// 2% bucket, whose value (200.4 ms) read "not below".
 #[tokio::test]
 async fn timeout_compared_with_exact_p999() {
-    use fixtures::{CLIENT, SERVER, deadline};
     let mut s = Spans::default();
-    for t in 1..=1000u32 {
-        let server_ms = if t <= 3 { 203.0 } else { 100.0 };
-        let p = s.add(t, None, "web", "GET /", SERVER, 0.0, 400.0, vec![]);
-        let attrs = vec![fixtures::peer("inv"), deadline(201)];
-        let c = s.add(
-            t,
-            Some(p),
-            "web",
-            "GET",
-            CLIENT,
-            1.0,
-            2.0 + server_ms,
-            attrs,
-        );
-        s.add(
-            t,
-            Some(c),
-            "inv",
-            "GET /stock",
-            SERVER,
-            1.5,
-            1.5 + server_ms,
-            vec![],
-        );
-    }
+    fixtures::tail_timeout(&mut s, 1..1001, "web");
     let r = report(&s).await;
     let e = edge(&r, "web", "inv");
     assert_eq!(e.timeout_ms, Some(201.0));
@@ -735,22 +667,8 @@ async fn timeout_compared_with_exact_p999() {
 /// timestamps), are still sequential: one overcommit.
 #[tokio::test]
 async fn back_to_back_calls_overlapping_by_a_tick_are_sequential() {
-    use fixtures::{CLIENT, SERVER, deadline};
     let mut s = Spans::default();
-    let p = s.add(
-        1,
-        None,
-        "web",
-        "GET /",
-        SERVER,
-        0.0,
-        800.0,
-        vec![deadline(800)],
-    );
-    let first = vec![fixtures::peer("a"), deadline(500)];
-    s.add(1, Some(p), "web", "GET", CLIENT, 1.0, 100.0, first);
-    let second = vec![fixtures::peer("b"), deadline(400)];
-    s.add(1, Some(p), "web", "GET", CLIENT, 99.5, 200.0, second);
+    fixtures::tick_overlap(&mut s, 1, "web");
     let r = report(&s).await;
     assert_eq!(findings(&r, "overcommit"), 1, "{:?}", r.findings);
 }
