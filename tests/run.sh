@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole stormglass test suite on a fresh machine: installs what the tests need when
-# it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager), checks
+# it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager; Node.js for
+# the JS exporter test; DuckDB from PyPI for the archive test), checks
 # formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
 # build), then runs every test with cargo-nextest.
 # Usage: bash tests/run.sh [extra nextest args]
@@ -39,6 +40,16 @@ fi
 if [ ! -d tests/js/node_modules ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# The archive test reads stormglass's Parquet files with DuckDB from PyPI, as users would:
+# a virtualenv beside the build cache (outside the clone), made once.
+venv="${CARGO_TARGET_DIR:-$PWD/target}/test-venv"
+if ! "$venv/bin/python" -c 'import duckdb' 2>/dev/null; then
+  echo "tests/run.sh: installing duckdb from PyPI into $venv" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check duckdb
+fi
+export DUCKDB_PYTHON="$venv/bin/python"
 
 cargo fmt --all -- --check
 # Clippy lints every target while it is compiled for the tests, as rustc's wrapper for the

@@ -105,6 +105,15 @@ impl Server {
     }
 }
 
+impl Server {
+    /// `kill -9`: no signal handler runs, nothing is flushed (a crash or an OOM kill).
+    pub fn crash(mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {

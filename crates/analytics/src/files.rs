@@ -16,7 +16,7 @@ use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use prost::Message;
-use stormglass_model::{Conventions, SPANS_SCHEMA, SpanBatchBuilder};
+use stormglass_model::{Conventions, SPANS_SCHEMA, SpanBatchBuilder, schema};
 
 /// What loading found, besides the spans.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -31,11 +31,34 @@ pub struct LoadSummary {
     pub duplicates: usize,
 }
 
-/// Load every file into one batch of spans.
+/// The files to read: each path as given, except that a directory stands for the archive
+/// files in it (`spans-*.parquet`, oldest first, what `archive.dir` holds).
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let archived = stormglass_archive::list(path)
+                .map_err(|e| format!("{}: cannot list the archive: {e}", path.display()))?;
+            files.extend(archived.into_iter().map(|f| f.path));
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// Load every file into one batch of spans; a directory is read as an archive ([`expand`]).
 pub fn load(paths: &[PathBuf], conventions: &Conventions) -> (RecordBatch, LoadSummary) {
     let mut summary = LoadSummary::default();
     let mut batches = Vec::new();
-    for path in paths {
+    let paths = match expand(paths) {
+        Ok(paths) => paths,
+        Err(why) => {
+            summary.skipped.push(why);
+            Vec::new()
+        }
+    };
+    for path in &paths {
         summary.files += 1;
         let name = path.display().to_string();
         let result = match extension(path).as_str() {
@@ -66,10 +89,7 @@ pub fn without_duplicates(batch: RecordBatch) -> (RecordBatch, usize) {
             .column_by_name(name)
             .and_then(|c| c.as_fixed_size_binary_opt())
     };
-    let (Some(traces), Some(spans)) = (
-        column(stormglass_model::schema::TRACE_ID),
-        column(stormglass_model::schema::SPAN_ID),
-    ) else {
+    let (Some(traces), Some(spans)) = (column(schema::TRACE_ID), column(schema::SPAN_ID)) else {
         unreachable!("loaded batches follow SPANS_SCHEMA");
     };
     let mut seen = std::collections::HashSet::with_capacity(batch.num_rows());
@@ -162,21 +182,67 @@ fn load_parquet(path: &Path, batches: &mut Vec<RecordBatch>) -> Result<(), Strin
         let batch = batch.map_err(|e| format!("corrupt Parquet data: {e}"))?;
         let fields = batch.schema().fields().clone();
         let expected = SPANS_SCHEMA.fields();
-        let same = fields.len() == expected.len()
+        // The schema only grows at its end: a file from an older stormglass has a prefix.
+        let prefix = fields.len() <= expected.len()
             && fields
                 .iter()
                 .zip(expected.iter())
                 .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-        if !same {
+        if !prefix {
             return Err("its schema is not the stormglass span schema".into());
         }
-        // Same names and types; rebuild on the canonical schema (nullability metadata).
-        match RecordBatch::try_new(SPANS_SCHEMA.clone(), batch.columns().to_vec()) {
+        // Rebuilt on the canonical schema (nullability metadata), missing columns filled.
+        let rows = batch.num_rows();
+        match schema::upgrade(batch.columns().to_vec(), rows) {
             Ok(b) => batches.push(b),
             Err(e) => return Err(format!("its columns do not fit the span schema: {e}")),
         }
     }
     Ok(())
+}
+
+/// The spans of the archive files in `dir` closed at or after `since`, in the lean form the
+/// live path holds ([`stormglass_model::lean`]), each (trace id, span id) once: what
+/// [`crate::LiveAnalysis::restore`] rebuilds the window from. Files are read newest first
+/// while their spans fit in `max_bytes`; returns the spans and the files left out (older
+/// ones, past the bound, or unreadable: each logged).
+pub fn load_archive_since(
+    dir: &Path,
+    since: std::time::SystemTime,
+    max_bytes: usize,
+) -> Result<(RecordBatch, usize), String> {
+    let files = stormglass_archive::list(dir)
+        .map_err(|e| format!("{}: cannot list the archive: {e}", dir.display()))?;
+    let recent: Vec<_> = files.into_iter().filter(|f| f.closed >= since).collect();
+    let mut batches = Vec::new();
+    let mut bytes = 0;
+    let mut left_out = 0;
+    for (read, file) in recent.iter().rev().enumerate() {
+        let mut spans = Vec::new();
+        if let Err(why) = load_parquet(&file.path, &mut spans) {
+            tracing::warn!(file = %file.path.display(), "not restored: {why}");
+            left_out += 1;
+            continue;
+        }
+        let spans: Vec<RecordBatch> = spans.iter().map(stormglass_model::lean).collect();
+        let size: usize = spans.iter().map(RecordBatch::get_array_memory_size).sum();
+        if bytes + size > max_bytes {
+            left_out += recent.len() - read;
+            tracing::warn!(
+                files = recent.len() - read,
+                max_bytes,
+                "older archive files not restored: the window's spans exceed the analysis's share of limits.memory"
+            );
+            break;
+        }
+        bytes += size;
+        batches.extend(spans);
+    }
+    let batch = match arrow::compute::concat_batches(&SPANS_SCHEMA, &batches) {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("archived batches share SPANS_SCHEMA: {e}"),
+    };
+    Ok((without_duplicates(batch).0, left_out))
 }
 
 /// Write spans as Parquet with the span schema (the archive format `load` reads back).
@@ -199,4 +265,68 @@ pub fn write_parquet_batches(
     }
     writer.close()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+    use stormglass_model::{encode_request, testing};
+
+    /// An archive file written before a column was appended (here: before `weight`) still
+    /// loads, the missing column filled with its meaning for old spans; a directory reads
+    /// as its archive files, skipping anything else in it.
+    #[test]
+    fn older_archive_files_load_with_appended_columns_filled() {
+        let dir = std::env::temp_dir().join(format!("stormglass-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (spans, _) = encode_request(&Conventions::default(), &testing::retry_fixture());
+        let before_weight = spans
+            .project(&(0..spans.num_columns() - 1).collect::<Vec<_>>())
+            .unwrap();
+        assert_eq!(
+            before_weight.schema().fields().last().unwrap().name(),
+            "attributes"
+        );
+        let file = File::create(dir.join("spans-20250101T000000.000Z-0.parquet")).unwrap();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(file, before_weight.schema(), None).unwrap();
+        writer.write(&before_weight).unwrap();
+        writer.close().unwrap();
+        write_parquet(&dir.join("spans-20260101T000000.000Z-0.parquet"), &spans).unwrap();
+        std::fs::write(
+            dir.join("spans-20270101T000000.000Z-0.parquet.tmp"),
+            b"torn",
+        )
+        .unwrap();
+
+        let (loaded, summary) = load(std::slice::from_ref(&dir), &Conventions::default());
+        assert_eq!(summary.files, 2, "{summary:?}");
+        assert!(summary.skipped.is_empty(), "{summary:?}");
+        // The same spans twice: kept once, from the older file, with weight 1.
+        assert_eq!(summary.duplicates, spans.num_rows());
+        assert_eq!(loaded.num_rows(), spans.num_rows());
+        let weights = loaded
+            .column_by_name(schema::WEIGHT)
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Float64Type>();
+        assert_eq!(weights.null_count(), 0);
+        assert!(weights.values().iter().all(|w| *w == 1.0));
+
+        // A file whose columns are not a prefix of the span schema is refused, by name.
+        let other = spans.project(&[1, 0]).unwrap();
+        let path = dir.join("other.parquet");
+        let file = File::create(&path).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, other.schema(), None).unwrap();
+        writer.write(&other).unwrap();
+        writer.close().unwrap();
+        let (_, summary) = load(&[path], &Conventions::default());
+        assert_eq!(summary.skipped.len(), 1);
+        assert!(
+            summary.skipped[0].contains("not the stormglass span schema"),
+            "{summary:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params};
+use stormglass_archive::ArchiveConfig;
 use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
 
@@ -42,6 +43,7 @@ pub struct Config {
     pub clocks: ClocksConfig,
     pub sampling: SamplingConfig,
     pub shutdown: ShutdownConfig,
+    pub archive: ArchiveConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
@@ -225,7 +227,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 11] = [
+pub const SECTIONS: [&str; 12] = [
     "listen",
     "limits",
     "assembly",
@@ -236,6 +238,7 @@ pub const SECTIONS: [&str; 11] = [
     "clocks",
     "sampling",
     "shutdown",
+    "archive",
     "alerts",
 ];
 
@@ -313,6 +316,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         clocks: section(&mut sections, "clocks", errors),
         sampling: section(&mut sections, "sampling", errors),
         shutdown: section(&mut sections, "shutdown", errors),
+        archive: section(&mut sections, "archive", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
@@ -349,6 +353,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
     }
     errors.extend(config.assembly.validate("assembly"));
     errors.extend(config.analytics.validate("analytics"));
+    errors.extend(config.archive.validate("archive"));
     let positive = [
         (
             "advice.timeout_factor",

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use prometheus::Registry;
 use stormglass_analytics::{AnalysisMetrics, Engine, Faults, LiveAnalysis, TraceSink};
+use stormglass_archive::{Archive, Archived};
 use stormglass_assembly::{Assembly, AssemblyMetrics};
 use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::server::ServeError;
@@ -38,6 +39,7 @@ pub struct Collector {
     /// How long a trace takes from its last span to the report: assembly idle + interval.
     settle: std::time::Duration,
     shutdown: crate::config::ShutdownConfig,
+    archive: Option<Arc<Archive>>,
     assembly: Arc<Assembly>,
     receivers_task: JoinHandle<Result<(), ServeError>>,
     stop_receivers: watch::Sender<bool>,
@@ -92,12 +94,33 @@ impl Collector {
             assembly_metrics,
             budget.clone(),
         ));
-        let pipeline = Pipeline::new(
-            assembly.clone(),
-            Arc::new(config.conventions()),
-            ingest_metrics,
-        )
-        .lean();
+        let archive = match &config.archive.dir {
+            Some(dir) => {
+                restore(&analysis, &config, dir, &budget).await;
+                Some(Arc::new(Archive::start(
+                    &config.archive,
+                    dir,
+                    budget.clone(),
+                    health.clone(),
+                    &registry,
+                )?))
+            }
+            None => None,
+        };
+        let conventions = Arc::new(config.conventions());
+        let pipeline = match &archive {
+            // Whole spans for the archive; assembly keeps only what the analysis reads.
+            Some(archive) => Pipeline::new(
+                Arc::new(Archived::new(
+                    archive.clone(),
+                    assembly.clone(),
+                    budget.clone(),
+                )),
+                conventions,
+                ingest_metrics,
+            ),
+            None => Pipeline::new(assembly.clone(), conventions, ingest_metrics).lean(),
+        };
 
         let (stop_receivers, receivers_shutdown) = watch::channel(false);
         let (stop_assembly, assembly_shutdown) = watch::channel(false);
@@ -150,6 +173,7 @@ impl Collector {
             evaluator,
             settle: config.assembly.idle + config.analytics.interval,
             shutdown: config.shutdown.clone(),
+            archive,
             assembly,
             receivers_task: tokio::spawn(receivers.wait()),
             stop_receivers,
@@ -196,6 +220,13 @@ impl Collector {
             Some(joined) => joined,
             None => self.receivers_task.await,
         };
+        if let Some(archive) = self.archive.clone() {
+            // Every accepted span is appended by now: close the last file.
+            tokio::task::spawn_blocking(move || archive.finish())
+                .await
+                .context("closing the archive failed")?;
+            tracing::info!("archive closed");
+        }
         let _ = self.stop_assembly.send(true);
         join(self.assembly_thread, "assembly").await?;
         let (open_spans, _) = self.assembly.open();
@@ -230,6 +261,49 @@ impl Collector {
             .context("the receivers task failed")?
             .context("a receiver failed")?;
         Ok(())
+    }
+}
+
+/// Rebuild the analysis window from the archive's last `analytics.window` (plus one
+/// `archive.flush`, for traces whose first spans went to the file before). A failure is
+/// logged: the collector still starts, with an empty window.
+async fn restore(
+    analysis: &LiveAnalysis,
+    config: &Config,
+    dir: &std::path::Path,
+    budget: &MemoryBudget,
+) {
+    if !dir.is_dir() {
+        return;
+    }
+    let now = std::time::SystemTime::now();
+    let since = now
+        .checked_sub(config.analytics.window + config.archive.flush)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let started = std::time::Instant::now();
+    let (spans, left_out) = match stormglass_analytics::files::load_archive_since(
+        dir,
+        since,
+        budget.analysis_share(),
+    ) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            tracing::error!("cannot restore the window from the archive: {e}");
+            return;
+        }
+    };
+    if spans.num_rows() == 0 {
+        return;
+    }
+    let _held = budget.force(spans.get_array_memory_size());
+    match analysis.restore(spans, now).await {
+        Ok(restored) => tracing::info!(
+            restored_spans = restored,
+            files_left_out = left_out,
+            took = ?started.elapsed(),
+            "rebuilt the window from the archive"
+        ),
+        Err(e) => tracing::error!("cannot restore the window from the archive: {e}"),
     }
 }
 

@@ -615,6 +615,11 @@ impl IntervalObserver for FigureMetrics {
     fn shutdown(&self, _now: SystemTime) {
         self.flush_deferred();
     }
+
+    /// Gauges from the rebuilt window; the counters restart from zero.
+    fn restored(&self, report: &Arc<Report>, _now: SystemTime) {
+        self.set_window(report);
+    }
 }
 
 /// The registry owns a collector by value; this one shares the state with the observer.

@@ -488,6 +488,12 @@ impl IntervalObserver for AlertEvaluator {
     fn shutdown(&self, now: SystemTime) {
         self.resolve_all(now);
     }
+
+    /// Alerts that held before the restart fire again from the rebuilt window.
+    fn restored(&self, report: &Arc<Report>, now: SystemTime) {
+        let due = self.evaluate(report, now);
+        self.send(due);
+    }
 }
 
 fn rfc3339(t: SystemTime) -> String {

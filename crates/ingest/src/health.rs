@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use prometheus::{IntCounterVec, Opts, Registry};
 
 /// The tasks that report their health.
-pub const TASKS: [&str; 2] = ["assembly", "analysis"];
+pub const TASKS: [&str; 3] = ["assembly", "analysis", "archive"];
 
 /// Shared health state. Cheap to clone.
 #[derive(Clone)]

@@ -124,6 +124,33 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+/// Columns of an older archive file brought to [`SPANS_SCHEMA`]: the schema only ever
+/// grows at its end, so a file written before a column was appended has a prefix of the
+/// columns, and each missing one is filled with what an old span means for it (`weight` 1:
+/// unsampled; a nullable column: null). Anything else is not a span file.
+pub fn upgrade(columns: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch, String> {
+    let fields = SPANS_SCHEMA.fields();
+    if columns.len() > fields.len() {
+        return Err(format!(
+            "{} columns, more than the {} of the span schema (written by a newer stormglass?)",
+            columns.len(),
+            fields.len()
+        ));
+    }
+    let mut columns = columns;
+    for field in fields.iter().skip(columns.len()) {
+        let filled: ArrayRef = if field.name() == WEIGHT {
+            Arc::new(arrow::array::Float64Array::from(vec![1.0; rows]))
+        } else if field.is_nullable() {
+            new_null_array(field.data_type(), rows)
+        } else {
+            return Err(format!("column {} is missing", field.name()));
+        };
+        columns.push(filled);
+    }
+    RecordBatch::try_new(SPANS_SCHEMA.clone(), columns).map_err(|e| e.to_string())
+}
+
 /// Columns the analysis never reads: kept whole for files and the archive, emptied in the
 /// spans the live path holds ([`lean`]).
 pub const NOT_ANALYSED: [&str; 3] = [SPAN_NAME, STATUS_MESSAGE, ATTRIBUTES];
