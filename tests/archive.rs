@@ -69,8 +69,8 @@ fn logical_calls(report: &Value, caller: &str, callee: &str) -> f64 {
 
 /// DuckDB's answer to `sql` (one row, as JSON) over the archive's files, as a user runs it.
 fn duckdb(dir: &Path, sql: &str) -> Value {
-    let python = std::env::var("DUCKDB_PYTHON").unwrap_or_else(|_| {
-        panic!("DUCKDB_PYTHON is unset: run tests/run.sh, which installs DuckDB")
+    let python = std::env::var("TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("TEST_PYTHON is unset: run tests/run.sh, which installs DuckDB")
     });
     let glob = dir.join("*.parquet");
     let script = format!(

@@ -41,15 +41,17 @@ if [ ! -d tests/js/node_modules ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# The archive test reads stormglass's Parquet files with DuckDB from PyPI, as users would:
-# a virtualenv beside the build cache (outside the clone), made once.
+# From PyPI, as users would run them: DuckDB (the archive test reads stormglass's Parquet
+# files with it) and the OpenTelemetry Python SDK with its OTLP/HTTP exporter (the TLS test
+# sends spans with it). A virtualenv beside the build cache (outside the clone), made once.
 venv="${CARGO_TARGET_DIR:-$PWD/target}/test-venv"
-if ! "$venv/bin/python" -c 'import duckdb' 2>/dev/null; then
-  echo "tests/run.sh: installing duckdb from PyPI into $venv" >&2
+if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http' 2>/dev/null; then
+  echo "tests/run.sh: installing duckdb and the OpenTelemetry Python SDK from PyPI into $venv" >&2
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check duckdb
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    duckdb opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
 fi
-export DUCKDB_PYTHON="$venv/bin/python"
+export TEST_PYTHON="$venv/bin/python"
 
 cargo fmt --all -- --check
 # Clippy lints every target while it is compiled for the tests, as rustc's wrapper for the

@@ -3,7 +3,9 @@
 //! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
 //! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
 //! JSON of METRICS.md), `/api/v1/alerts` (the built-in evaluator's pending and firing
-//! alerts).
+//! alerts). With `auth.api_token` set, every route but `/healthz` and `/readyz` (probes
+//! carry no token) requires `authorization: Bearer <token>` and answers 401 without it; with
+//! `tls.*` set, the API is served over TLS like the receivers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use stormglass_analytics::LiveAnalysis;
 use stormglass_assembly::Assembly;
 use stormglass_export::AlertEvaluator;
-use stormglass_ingest::Health;
+use stormglass_ingest::{BearerToken, Health, Tls};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -36,13 +38,34 @@ pub fn router(
     analysis: Arc<LiveAnalysis>,
     evaluator: Arc<AlertEvaluator>,
     health: Health,
+    token: Option<BearerToken>,
 ) -> Router {
-    Router::new()
+    let mut protected = Router::new()
         .route("/metrics", get(metrics))
+        .route("/api/v1/report", get(report))
+        .route("/api/v1/alerts", get(alerts));
+    if let Some(token) = token {
+        protected = protected.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let admitted = token.admits(request.headers().get(header::AUTHORIZATION));
+                async move {
+                    if admitted {
+                        next.run(request).await
+                    } else {
+                        (
+                            StatusCode::UNAUTHORIZED,
+                            [(header::WWW_AUTHENTICATE, "Bearer")],
+                            "missing or wrong bearer token: send the header authorization: Bearer <auth.api_token>\n",
+                        )
+                            .into_response()
+                    }
+                }
+            },
+        ));
+    }
+    protected
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
-        .route("/api/v1/report", get(report))
-        .route("/api/v1/alerts", get(alerts))
         .with_state(ApiState {
             registry,
             assembly,
@@ -83,21 +106,34 @@ fn json(value: &impl serde::Serialize) -> Response {
     }
 }
 
-/// Bind the API listener and serve until `shutdown`; returns the bound address.
+/// Bind the API listener and serve until `shutdown` (over `tls` when set); returns the
+/// bound address.
 pub async fn start(
     addr: SocketAddr,
     router: Router,
+    tls: Option<&Tls>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen for the API on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(stormglass_ingest::server::wait_for(shutdown))
-            .await
-    });
+    let stopped = stormglass_ingest::server::wait_for(shutdown.clone());
+    let task = match tls {
+        None => tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stopped)
+                .await
+        }),
+        Some(tls) => {
+            let listener = tls.listen(listener, "api", shutdown)?;
+            tokio::spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            })
+        }
+    };
     Ok((bound, task))
 }
 

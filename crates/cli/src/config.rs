@@ -17,6 +17,7 @@ use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params};
 use stormglass_archive::ArchiveConfig;
 use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
+use stormglass_ingest::{AuthConfig, TlsConfig};
 
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";
@@ -44,6 +45,8 @@ pub struct Config {
     pub sampling: SamplingConfig,
     pub shutdown: ShutdownConfig,
     pub archive: ArchiveConfig,
+    pub tls: TlsConfig,
+    pub auth: AuthConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
@@ -227,7 +230,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 12] = [
+pub const SECTIONS: [&str; 14] = [
     "listen",
     "limits",
     "assembly",
@@ -239,6 +242,8 @@ pub const SECTIONS: [&str; 12] = [
     "sampling",
     "shutdown",
     "archive",
+    "tls",
+    "auth",
     "alerts",
 ];
 
@@ -317,6 +322,8 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         sampling: section(&mut sections, "sampling", errors),
         shutdown: section(&mut sections, "shutdown", errors),
         archive: section(&mut sections, "archive", errors),
+        tls: section(&mut sections, "tls", errors),
+        auth: section(&mut sections, "auth", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
@@ -354,6 +361,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
     errors.extend(config.assembly.validate("assembly"));
     errors.extend(config.analytics.validate("analytics"));
     errors.extend(config.archive.validate("archive"));
+    errors.extend(config.tls.validate("tls"));
     let positive = [
         (
             "advice.timeout_factor",

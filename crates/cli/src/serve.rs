@@ -21,7 +21,9 @@ use stormglass_archive::{Archive, Archived};
 use stormglass_assembly::{Assembly, AssemblyMetrics};
 use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::server::ServeError;
-use stormglass_ingest::{Health, IngestMetrics, MemoryBudget, Pipeline, ReceiverConfig, Receivers};
+use stormglass_ingest::{
+    BearerToken, Health, IngestMetrics, MemoryBudget, Pipeline, ReceiverConfig, Receivers, Tls,
+};
 use tokio::sync::watch;
 use tokio::task::JoinError;
 use tokio::task::JoinHandle;
@@ -58,6 +60,7 @@ impl Collector {
         let registry = Registry::new();
         let budget = MemoryBudget::register(config.limits.memory_bytes(), &registry)?;
         let health = Health::register(&registry)?;
+        let tls = Tls::from_config(&config.tls, &registry)?;
         let ingest_metrics = IngestMetrics::register(&registry)?;
         let assembly_metrics = AssemblyMetrics::register(&registry)?;
         let figures = FigureMetrics::register(&registry, config.limits.max_series_per_metric)?;
@@ -133,6 +136,8 @@ impl Collector {
             max_request_bytes: config.limits.max_request_bytes,
             max_concurrent_requests: config.limits.max_concurrent_requests,
             memory: budget,
+            tls: tls.clone(),
+            token: BearerToken::new(config.auth.token.as_ref()),
         };
         let receivers = Receivers::start(&receiver_config, pipeline, receivers_shutdown).await?;
         let (api_addr, api_task) = api::start(
@@ -143,7 +148,9 @@ impl Collector {
                 analysis.clone(),
                 evaluator.clone(),
                 health.clone(),
+                BearerToken::new(config.auth.api_token.as_ref()),
             ),
+            tls.as_ref(),
             api_shutdown,
         )
         .await?;

@@ -1,7 +1,7 @@
 //! Admission: the checks a request passes before it is read and decoded, so that an
 //! overloaded collector refuses cheaply instead of doing the expensive work first.
 //!
-//! Order, cheapest first: a request slot (at most `limits.max_concurrent_requests` requests
+//! Order, cheapest first: the bearer token when `auth.token` is set, a request slot (at most `limits.max_concurrent_requests` requests
 //! are read, decoded and stored at once), then a reservation against the memory budget
 //! sized from the request's length on the wire ([`estimate`]), taken from HTTP's
 //! `Content-Length` before the body is read, or from the gRPC body once received (gRPC
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::auth::BearerToken;
 use crate::budget::{MemoryBudget, Reservation};
 use crate::error::{IngestError, Overload};
 
@@ -33,6 +34,7 @@ pub struct Admission {
     budget: MemoryBudget,
     slots: Arc<Semaphore>,
     max_request_bytes: usize,
+    token: Option<BearerToken>,
 }
 
 /// A request let in: its slot and, once sized, its memory reservation. Dropping it (when
@@ -60,6 +62,24 @@ impl Admission {
             budget,
             slots: Arc::new(Semaphore::new(max_concurrent_requests)),
             max_request_bytes,
+            token: None,
+        }
+    }
+
+    /// Require `token` (`auth.token`) on every request.
+    pub fn with_token(mut self, token: Option<BearerToken>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// The first check, before a slot is taken: the bearer token when one is required.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&axum::http::HeaderValue>,
+    ) -> Result<(), IngestError> {
+        match &self.token {
+            Some(token) if !token.admits(authorization) => Err(IngestError::Unauthenticated),
+            _ => Ok(()),
         }
     }
 

@@ -7,6 +7,7 @@
 //! | over `limits.max_request_bytes` after decompression | 413 | RESOURCE_EXHAUSTED |
 //! | unsupported content type or encoding | 415 | (n/a: gRPC negotiates) |
 //! | over `limits.memory`, `assembly.max_spans` or `limits.max_concurrent_requests` | 503 + `Retry-After` | UNAVAILABLE + `RetryInfo` (retryable) |
+//! | missing or wrong bearer token (`auth.token`) | 401 + `WWW-Authenticate: Bearer` | UNAUTHENTICATED |
 
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ pub enum IngestError {
     UnsupportedContentType { content_type: String },
     #[error("unsupported content encoding {encoding:?}: send gzip, zstd or identity")]
     UnsupportedEncoding { encoding: String },
+    #[error("missing or wrong bearer token: send the header authorization: Bearer <auth.token>")]
+    Unauthenticated,
     #[error("the collector is over its {}; retry after {} s", limit.describe(), retry_after.as_secs().max(1))]
     Overloaded {
         retry_after: Duration,
@@ -81,6 +84,7 @@ impl IngestError {
             IngestError::UnsupportedContentType { .. } => "unsupported_content_type",
             IngestError::UnsupportedEncoding { .. } => "unsupported_encoding",
             IngestError::Overloaded { limit, .. } => limit.reason(),
+            IngestError::Unauthenticated => "unauthenticated",
         }
     }
 
@@ -97,6 +101,7 @@ impl IngestError {
             IngestError::UnsupportedContentType { .. }
             | IngestError::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            IngestError::Unauthenticated => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -109,6 +114,7 @@ impl IngestError {
             | IngestError::UnsupportedContentType { .. }
             | IngestError::UnsupportedEncoding { .. } => tonic::Status::invalid_argument(message),
             IngestError::TooLarge { .. } => tonic::Status::resource_exhausted(message),
+            IngestError::Unauthenticated => tonic::Status::unauthenticated(message),
             IngestError::Overloaded { retry_after, .. } => {
                 use tonic_types::{ErrorDetails, StatusExt};
                 tonic::Status::with_error_details(
@@ -131,6 +137,11 @@ impl IngestError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let IngestError::Unauthenticated = self {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -230,6 +241,11 @@ mod tests {
                 },
                 503,
                 tonic::Code::Unavailable,
+            ),
+            (
+                IngestError::Unauthenticated,
+                401,
+                tonic::Code::Unauthenticated,
             ),
         ];
         for (error, http, grpc) in cases {

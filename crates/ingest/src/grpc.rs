@@ -147,6 +147,12 @@ where
                     .refused_request(Transport::Grpc, error.reason(), &error.to_string());
                 Ok(error.grpc_status().into_http())
             };
+            if let Err(error) = layer
+                .admission
+                .authenticate(request.headers().get(http::header::AUTHORIZATION))
+            {
+                return refuse(error);
+            }
             let mut admitted = match layer.admission.enter() {
                 Ok(admitted) => admitted,
                 Err(error) => return refuse(error),

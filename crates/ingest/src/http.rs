@@ -54,6 +54,12 @@ async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) 
         BodyEncoding::Protobuf => Transport::HttpProtobuf,
         BodyEncoding::Json => Transport::HttpJson,
     };
+    if let Err(error) = state
+        .admission
+        .authenticate(headers.get(header::AUTHORIZATION))
+    {
+        return refuse(&state, transport, error, encoding);
+    }
     let mut admitted = match state.admission.enter() {
         Ok(admitted) => admitted,
         Err(error) => return refuse(&state, transport, error, encoding),

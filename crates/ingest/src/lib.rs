@@ -8,6 +8,7 @@
 //! to both transports' answers.
 
 pub mod admission;
+pub mod auth;
 pub mod budget;
 pub mod error;
 pub mod grpc;
@@ -16,11 +17,14 @@ pub mod http;
 pub mod metrics;
 pub mod server;
 pub mod sink;
+pub mod tls;
 
 pub use admission::{Admission, Admitted};
+pub use auth::{AuthConfig, BearerToken, Secret};
 pub use budget::{MemoryBudget, OverBudget, Reservation};
 pub use error::{BodyEncoding, IngestError, Overload};
 pub use health::Health;
 pub use metrics::{IngestMetrics, Transport};
 pub use server::{ReceiverConfig, Receivers, ServeError};
 pub use sink::{Pipeline, SinkFull, SpanSink};
+pub use tls::{Tls, TlsConfig, TlsError};

@@ -7,8 +7,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::admission::Admission;
+use crate::auth::BearerToken;
 use crate::budget::MemoryBudget;
 use crate::sink::Pipeline;
+use crate::tls::Tls;
 use crate::{grpc, http};
 
 /// Where and how the receivers listen.
@@ -22,6 +24,10 @@ pub struct ReceiverConfig {
     pub max_concurrent_requests: usize,
     /// The process's memory budget, which requests reserve before they are read.
     pub memory: MemoryBudget,
+    /// TLS on both listeners (`tls.*`), when configured.
+    pub tls: Option<Tls>,
+    /// The bearer token every request must carry (`auth.token`), when configured.
+    pub token: Option<BearerToken>,
 }
 
 /// Receivers that are bound and serving.
@@ -47,6 +53,12 @@ pub enum ServeError {
     Grpc(#[source] tonic::transport::Error),
     #[error("the OTLP/HTTP server failed")]
     Http(#[source] std::io::Error),
+    #[error("cannot start TLS on the OTLP/{transport} listener")]
+    Tls {
+        transport: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Receivers {
@@ -84,32 +96,60 @@ impl Receivers {
             config.memory.clone(),
             config.max_concurrent_requests,
             config.max_request_bytes,
-        );
+        )
+        .with_token(config.token.clone());
         let admit = grpc::AdmissionLayer::new(admission.clone(), metrics.clone());
         let grpc_service = grpc::service(pipeline.clone(), config.max_request_bytes);
         let signal = wait_for(shutdown.clone());
-        tasks.spawn(async move {
-            tonic::transport::Server::builder()
-                .layer(tower::util::MapResponseLayer::new(move |response| {
-                    grpc::remap_status(&metrics, response)
-                }))
-                .layer(admit)
-                .add_service(grpc_service)
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(grpc_listener),
-                    signal,
-                )
-                .await
-                .map_err(ServeError::Grpc)
-        });
+        let grpc_router = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(move |response| {
+                grpc::remap_status(&metrics, response)
+            }))
+            .layer(admit)
+            .add_service(grpc_service);
         let router = http::router(pipeline, admission);
-        let signal = wait_for(shutdown);
-        tasks.spawn(async move {
-            axum::serve(http_listener, router)
-                .with_graceful_shutdown(signal)
-                .await
-                .map_err(ServeError::Http)
-        });
+        match &config.tls {
+            None => {
+                tasks.spawn(async move {
+                    grpc_router
+                        .serve_with_incoming_shutdown(
+                            tonic::transport::server::TcpIncoming::from(grpc_listener),
+                            signal,
+                        )
+                        .await
+                        .map_err(ServeError::Grpc)
+                });
+                let signal = wait_for(shutdown);
+                tasks.spawn(async move {
+                    axum::serve(http_listener, router)
+                        .with_graceful_shutdown(signal)
+                        .await
+                        .map_err(ServeError::Http)
+                });
+            }
+            Some(tls) => {
+                let tls_error = |transport| move |source| ServeError::Tls { transport, source };
+                let grpc_listener = tls
+                    .listen(grpc_listener, "grpc", shutdown.clone())
+                    .map_err(tls_error("gRPC"))?;
+                let http_listener = tls
+                    .listen(http_listener, "http", shutdown.clone())
+                    .map_err(tls_error("HTTP"))?;
+                tasks.spawn(async move {
+                    grpc_router
+                        .serve_with_incoming_shutdown(grpc_listener.into_stream(), signal)
+                        .await
+                        .map_err(ServeError::Grpc)
+                });
+                let signal = wait_for(shutdown);
+                tasks.spawn(async move {
+                    axum::serve(http_listener, router)
+                        .with_graceful_shutdown(signal)
+                        .await
+                        .map_err(ServeError::Http)
+                });
+            }
+        }
         Ok(Receivers {
             grpc_addr,
             http_addr,

@@ -75,6 +75,8 @@ impl Harness {
             max_request_bytes: LIMIT,
             max_concurrent_requests: 64,
             memory,
+            tls: None,
+            token: None,
         };
         let receivers = Receivers::start(&config, pipeline, shutdown).await.unwrap();
         let harness = Harness {
