@@ -19,6 +19,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use stormglass_analytics::LiveAnalysis;
 use stormglass_assembly::Assembly;
 use stormglass_export::AlertEvaluator;
+use stormglass_ingest::server::serve_http;
 use stormglass_ingest::{BearerToken, Health, Tls};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -118,20 +119,11 @@ pub async fn start(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen for the API on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let stopped = stormglass_ingest::server::wait_for(shutdown.clone());
     let task = match tls {
-        None => tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stopped)
-                .await
-        }),
+        None => tokio::spawn(serve_http(listener, router, shutdown)),
         Some(tls) => {
-            let listener = tls.listen(listener, "api", shutdown)?;
-            tokio::spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(stopped)
-                    .await
-            })
+            let listener = tls.listen(listener, "api", shutdown.clone())?;
+            tokio::spawn(serve_http(listener, router, shutdown))
         }
     };
     Ok((bound, task))

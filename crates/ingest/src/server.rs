@@ -108,6 +108,7 @@ impl Receivers {
             .layer(admit)
             .add_service(grpc_service);
         let router = http::router(pipeline, admission);
+        let http_shutdown = shutdown.clone();
         match &config.tls {
             None => {
                 tasks.spawn(async move {
@@ -119,13 +120,8 @@ impl Receivers {
                         .await
                         .map_err(ServeError::Grpc)
                 });
-                let signal = wait_for(shutdown);
-                tasks.spawn(async move {
-                    axum::serve(http_listener, router)
-                        .with_graceful_shutdown(signal)
-                        .await
-                        .map_err(ServeError::Http)
-                });
+                let http = serve_http(http_listener, router, http_shutdown);
+                tasks.spawn(async move { http.await.map_err(ServeError::Http) });
             }
             Some(tls) => {
                 let tls_error = |transport| move |source| ServeError::Tls { transport, source };
@@ -133,7 +129,7 @@ impl Receivers {
                     .listen(grpc_listener, "grpc", shutdown.clone())
                     .map_err(tls_error("gRPC"))?;
                 let http_listener = tls
-                    .listen(http_listener, "http", shutdown.clone())
+                    .listen(http_listener, "http", shutdown)
                     .map_err(tls_error("HTTP"))?;
                 tasks.spawn(async move {
                     grpc_router
@@ -141,13 +137,8 @@ impl Receivers {
                         .await
                         .map_err(ServeError::Grpc)
                 });
-                let signal = wait_for(shutdown);
-                tasks.spawn(async move {
-                    axum::serve(http_listener, router)
-                        .with_graceful_shutdown(signal)
-                        .await
-                        .map_err(ServeError::Http)
-                });
+                let http = serve_http(http_listener, router, http_shutdown);
+                tasks.spawn(async move { http.await.map_err(ServeError::Http) });
             }
         }
         Ok(Receivers {
@@ -168,6 +159,22 @@ impl Receivers {
         }
         Ok(())
     }
+}
+
+/// Serve `router` on `listener` (plain TCP or [`crate::tls::TlsListener`]) until `shutdown`,
+/// finishing the requests in flight.
+pub fn serve_http<L>(
+    listener: L,
+    router: axum::Router,
+    shutdown: watch::Receiver<bool>,
+) -> impl Future<Output = std::io::Result<()>> + Send + 'static
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    axum::serve(listener, router)
+        .with_graceful_shutdown(wait_for(shutdown))
+        .into_future()
 }
 
 /// Resolves when the shutdown flag becomes true (or its sender is gone).
