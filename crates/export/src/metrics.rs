@@ -16,9 +16,10 @@
 //!
 //! Cardinality: each metric holds at most `limits.max_series_per_metric` series. A new series
 //! beyond that is folded into `operation="__overflow__"` (the caller and callee kept), and if
-//! that series is new too, into a series whose caller, callee, service and operation are all
-//! `__overflow__`; the remaining labels (outcome, cause, ...) are closed sets, so the folded
-//! series are bounded. Folded updates are counted in `stormglass_export_overflow_total`. A
+//! that series is new too, into a series whose caller, callee, service, operation and cause
+//! are all `__overflow__`; the remaining labels (outcome, attempt) are closed sets, so the
+//! folded series are bounded. `cause` is the span's free text (any retry reason an SDK
+//! writes), so it folds like the identities. Folded updates are counted in `stormglass_export_overflow_total`. A
 //! ratio cannot be folded: gauge series beyond the limit are left out, and how many were is
 //! `stormglass_export_dropped_series`.
 
@@ -36,8 +37,8 @@ use stormglass_analytics::{IntervalObserver, Partials, Report, histogram};
 /// The label value overflowing series are folded into.
 pub const OVERFLOW: &str = "__overflow__";
 
-/// Labels that identify services and operations (unbounded sets; folded on overflow).
-const IDENTITY: [&str; 4] = ["caller", "callee", "service", "operation"];
+/// Labels whose values come from the spans (unbounded sets; folded on overflow).
+const IDENTITY: [&str; 5] = ["caller", "callee", "service", "operation", "cause"];
 
 const EDGE: &[&str] = &["caller", "callee", "operation"];
 const SERVICE: &[&str] = &["service"];
@@ -788,7 +789,7 @@ mod tests {
         ));
     }
 
-    /// Closed-set labels (outcome, cause) survive folding.
+    /// Closed-set labels (attempt kind, outcome) survive folding; cause, free text, folds.
     #[test]
     fn folding_keeps_closed_labels() {
         let spec = &COUNTERS[ATTEMPTS];
@@ -804,9 +805,7 @@ mod tests {
         };
         assert_eq!(
             folded,
-            key(&[
-                OVERFLOW, OVERFLOW, OVERFLOW, "retry", "deadline", "deadline"
-            ])
+            key(&[OVERFLOW, OVERFLOW, OVERFLOW, "retry", "deadline", OVERFLOW])
         );
     }
 }

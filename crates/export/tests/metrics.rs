@@ -314,3 +314,104 @@ async fn cardinality_bound_folds_into_overflow() {
     assert_eq!(gauges, 1);
     assert!(sum(&b, "stormglass_export_dropped_series", &[]) > 0.0);
 }
+
+/// Retries whose `cause` attribute is hostile free text (quotes, backslashes, newlines,
+/// control characters, non-ASCII, 1 KB long; 60 distinct values) stay within the series
+/// bound, fold into `__overflow__`, lose no count, and the exposition stays valid Prometheus
+/// text, as `promtool check metrics` (Prometheus' own parser) reads it.
+#[tokio::test]
+async fn hostile_causes_are_bounded_and_escaped() {
+    const LIMIT: usize = 8;
+    let mut s = Spans::default();
+    let long = "x".repeat(1024);
+    let hostile = [
+        "quote\"d",
+        "back\\slash",
+        "new\nline",
+        "tab\tand\rreturn",
+        "nul\u{0}byte",
+        "ünïcödé ✓ 🌩",
+        "}{=,\" le=\"+Inf",
+        long.as_str(),
+    ];
+    for trace in 0..60u32 {
+        let root = s.add(
+            trace + 1,
+            None,
+            "gateway",
+            "GET /",
+            fixtures::SERVER,
+            0.0,
+            100.0,
+            vec![],
+        );
+        for attempt in 0..2 {
+            let cause = format!("{} #{trace}", hostile[trace as usize % hostile.len()]);
+            let mut attributes = vec![fixtures::peer("api"), fixtures::retry(attempt)];
+            if attempt > 0 {
+                attributes.push(fixtures::cause(&cause));
+            }
+            s.add(
+                trace + 1,
+                Some(root),
+                "gateway",
+                "GET",
+                fixtures::CLIENT,
+                1.0,
+                40.0,
+                attributes,
+            );
+        }
+    }
+    let mut bounded = Live::new(LIMIT);
+    let mut unbounded = Live::new(2000);
+    for live in [&mut bounded, &mut unbounded] {
+        live.interval(&s).await;
+        live.interval(&Spans::default()).await;
+    }
+    let (b, u) = (samples(&bounded.registry), samples(&unbounded.registry));
+    let series = b
+        .keys()
+        .filter(|k| k.starts_with("stormglass_attempts_total{"))
+        .count();
+    assert!(
+        series <= LIMIT + 1,
+        "{series} series over a limit of {LIMIT}"
+    );
+    assert!(
+        u.keys()
+            .filter(|k| k.starts_with("stormglass_attempts_total{"))
+            .count()
+            > LIMIT * 4,
+        "the unbounded run keeps one series per cause"
+    );
+    assert_eq!(
+        sum(&b, "stormglass_attempts_total", &[]),
+        sum(&u, "stormglass_attempts_total", &[])
+    );
+    assert!(b.keys().any(|k| k.contains("cause=\"__overflow__\"")));
+
+    for registry in [&bounded.registry, &unbounded.registry] {
+        let mut text = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut text)
+            .unwrap();
+        let mut promtool = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool (Debian's prometheus package; tests/run.sh installs it)");
+        use std::io::Write;
+        promtool.stdin.take().unwrap().write_all(&text).unwrap();
+        let output = promtool.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        // promtool's lint warns about naming conventions only; a parse error fails it.
+        assert!(
+            !report.contains("error while linting") && !report.contains("parse"),
+            "{report}"
+        );
+    }
+}
