@@ -3,7 +3,7 @@
 # it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager; Node.js for
 # the JS exporter test; DuckDB from PyPI for the archive test), checks
 # formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
-# build), then runs every test with cargo-nextest.
+# build), runs every test with cargo-nextest, then each fuzz target for FUZZ_SECONDS (60).
 # Usage: bash tests/run.sh [extra nextest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,3 +63,6 @@ export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 cargo build --workspace --all-targets --locked
 cargo nextest run --workspace --locked --no-fail-fast "$@"
+# Hostile input: each fuzz target (OTLP protobuf and OTLP/JSON into the span batch) for a
+# bounded time; a crash fails the run.
+bash fuzz/run.sh "${FUZZ_SECONDS:-60}"

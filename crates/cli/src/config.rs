@@ -206,6 +206,10 @@ pub struct LimitsConfig {
     pub max_concurrent_requests: usize,
     /// Largest OTLP request, in bytes, measured after decompression.
     pub max_request_bytes: usize,
+    /// Longest a request's body may take to arrive once its headers did; a slower client
+    /// gets 408 / DEADLINE_EXCEEDED and frees its request slot.
+    #[serde(with = "stormglass_analytics::duration")]
+    pub request_timeout: std::time::Duration,
     /// Series per exported figure metric; beyond it new series fold into
     /// `operation="__overflow__"`.
     pub max_series_per_metric: usize,
@@ -217,6 +221,7 @@ impl Default for LimitsConfig {
             memory: bytesize::ByteSize::gib(1),
             max_concurrent_requests: 64,
             max_request_bytes: 64 << 20,
+            request_timeout: stormglass_ingest::admission::DEFAULT_BODY_TIMEOUT,
             max_series_per_metric: 2000,
         }
     }
@@ -350,6 +355,12 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         errors.push((
             "limits.memory".to_owned(),
             "must be at least 16MiB (default 1GiB)".to_owned(),
+        ));
+    }
+    if config.limits.request_timeout.is_zero() {
+        errors.push((
+            "limits.request_timeout".to_owned(),
+            "must be greater than 0 (default 30s)".to_owned(),
         ));
     }
     if config.limits.max_concurrent_requests == 0 {

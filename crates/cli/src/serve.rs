@@ -138,6 +138,7 @@ impl Collector {
             memory: budget,
             tls: tls.clone(),
             token: BearerToken::new(config.auth.token.as_ref()),
+            request_timeout: config.limits.request_timeout,
         };
         let receivers = Receivers::start(&receiver_config, pipeline, receivers_shutdown).await?;
         let (api_addr, api_task) = api::start(

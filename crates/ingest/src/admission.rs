@@ -23,6 +23,9 @@ use crate::error::{IngestError, Overload};
 /// analysis takes to free a chunk's worth of memory.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// `limits.request_timeout`'s default: time for a request's body to arrive.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Decoded protobuf messages plus the Arrow batch built from them, per byte of request.
 const DECODED_PER_BYTE: usize = 3;
 /// How much OTLP shrinks under gzip or zstd, for estimating a compressed request.
@@ -35,6 +38,7 @@ pub struct Admission {
     slots: Arc<Semaphore>,
     max_request_bytes: usize,
     token: Option<BearerToken>,
+    body_timeout: Duration,
 }
 
 /// A request let in: its slot and, once sized, its memory reservation. Dropping it (when
@@ -63,7 +67,27 @@ impl Admission {
             slots: Arc::new(Semaphore::new(max_concurrent_requests)),
             max_request_bytes,
             token: None,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
         }
+    }
+
+    /// Refuse a request whose body takes longer than `timeout` to arrive
+    /// (`limits.request_timeout`): a slow or stalled client must not hold a request slot.
+    pub fn with_body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
+    /// Read a request body within `limits.request_timeout`, or refuse it.
+    pub async fn read_body<T>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, IngestError>>,
+    ) -> Result<T, IngestError> {
+        tokio::time::timeout(self.body_timeout, read)
+            .await
+            .unwrap_or(Err(IngestError::Timeout {
+                limit: self.body_timeout,
+            }))
     }
 
     /// Require `token` (`auth.token`) on every request.

@@ -8,6 +8,7 @@
 //! | unsupported content type or encoding | 415 | (n/a: gRPC negotiates) |
 //! | over `limits.memory`, `assembly.max_spans` or `limits.max_concurrent_requests` | 503 + `Retry-After` | UNAVAILABLE + `RetryInfo` (retryable) |
 //! | missing or wrong bearer token (`auth.token`) | 401 + `WWW-Authenticate: Bearer` | UNAUTHENTICATED |
+//! | body not received within `limits.request_timeout` (a slow or stalled client) | 408 | DEADLINE_EXCEEDED |
 
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ pub enum IngestError {
     UnsupportedEncoding { encoding: String },
     #[error("missing or wrong bearer token: send the header authorization: Bearer <auth.token>")]
     Unauthenticated,
+    #[error("the request body did not arrive within {} ms (limits.request_timeout)", limit.as_millis())]
+    Timeout { limit: Duration },
     #[error("the collector is over its {}; retry after {} s", limit.describe(), retry_after.as_secs().max(1))]
     Overloaded {
         retry_after: Duration,
@@ -85,6 +88,7 @@ impl IngestError {
             IngestError::UnsupportedEncoding { .. } => "unsupported_encoding",
             IngestError::Overloaded { limit, .. } => limit.reason(),
             IngestError::Unauthenticated => "unauthenticated",
+            IngestError::Timeout { .. } => "timeout",
         }
     }
 
@@ -102,6 +106,7 @@ impl IngestError {
             | IngestError::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             IngestError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            IngestError::Timeout { .. } => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -115,6 +120,7 @@ impl IngestError {
             | IngestError::UnsupportedEncoding { .. } => tonic::Status::invalid_argument(message),
             IngestError::TooLarge { .. } => tonic::Status::resource_exhausted(message),
             IngestError::Unauthenticated => tonic::Status::unauthenticated(message),
+            IngestError::Timeout { .. } => tonic::Status::deadline_exceeded(message),
             IngestError::Overloaded { retry_after, .. } => {
                 use tonic_types::{ErrorDetails, StatusExt};
                 tonic::Status::with_error_details(
@@ -241,6 +247,13 @@ mod tests {
                 },
                 503,
                 tonic::Code::Unavailable,
+            ),
+            (
+                IngestError::Timeout {
+                    limit: Duration::from_secs(1),
+                },
+                408,
+                tonic::Code::DeadlineExceeded,
             ),
             (
                 IngestError::Unauthenticated,

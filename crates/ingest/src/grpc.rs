@@ -164,20 +164,23 @@ where
             let (parts, body) = request.into_parts();
             // The 5-byte gRPC frame header rides on top of the message limit.
             let limit = layer.admission.max_request_bytes().saturating_add(5);
-            let bytes = match Limited::new(body, limit).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                    return refuse(IngestError::TooLarge {
-                        limit: layer.admission.max_request_bytes(),
-                    });
-                }
-                Err(e) => {
-                    return refuse(IngestError::Undecodable {
+            let max = layer.admission.max_request_bytes();
+            let read = async {
+                match Limited::new(body, limit).collect().await {
+                    Ok(collected) => Ok(collected.to_bytes()),
+                    Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                        Err(IngestError::TooLarge { limit: max })
+                    }
+                    Err(e) => Err(IngestError::Undecodable {
                         format: "gRPC",
                         detail: format!("reading the request failed: {e}"),
                         source: Some(e),
-                    });
+                    }),
                 }
+            };
+            let bytes = match layer.admission.read_body(read).await {
+                Ok(bytes) => bytes,
+                Err(error) => return refuse(error),
             };
             if let Err(error) = layer
                 .admission

@@ -113,18 +113,22 @@ async fn decode(
     encoding: BodyEncoding,
 ) -> Result<ExportTraceServiceRequest, IngestError> {
     let limit = state.admission.max_request_bytes();
-    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-        {
-            IngestError::TooLarge { limit }
-        } else {
-            IngestError::Undecodable {
-                format: "HTTP",
-                detail: format!("reading the body failed: {e}"),
-                source: Some(Box::new(e)),
+    let read = async {
+        axum::body::to_bytes(body, limit).await.map_err(|e| {
+            if std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            {
+                IngestError::TooLarge { limit }
+            } else {
+                IngestError::Undecodable {
+                    format: "HTTP",
+                    detail: format!("reading the body failed: {e}"),
+                    source: Some(Box::new(e)),
+                }
             }
-        }
-    })?;
+        })
+    };
+    let raw = state.admission.read_body(read).await?;
     if !admitted.sized() {
         let compressed = compression != Compression::Identity;
         state.admission.reserve(admitted, raw.len(), compressed)?;

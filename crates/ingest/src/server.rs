@@ -28,6 +28,8 @@ pub struct ReceiverConfig {
     pub tls: Option<Tls>,
     /// The bearer token every request must carry (`auth.token`), when configured.
     pub token: Option<BearerToken>,
+    /// Longest a request's body may take to arrive (`limits.request_timeout`).
+    pub request_timeout: std::time::Duration,
 }
 
 /// Receivers that are bound and serving.
@@ -97,7 +99,8 @@ impl Receivers {
             config.max_concurrent_requests,
             config.max_request_bytes,
         )
-        .with_token(config.token.clone());
+        .with_token(config.token.clone())
+        .with_body_timeout(config.request_timeout);
         let admit = grpc::AdmissionLayer::new(admission.clone(), metrics.clone());
         let grpc_service = grpc::service(pipeline.clone(), config.max_request_bytes);
         let signal = wait_for(shutdown.clone());

@@ -77,6 +77,7 @@ impl Harness {
             memory,
             tls: None,
             token: None,
+            request_timeout: BODY_TIMEOUT,
         };
         let receivers = Receivers::start(&config, pipeline, shutdown).await.unwrap();
         let harness = Harness {
@@ -129,6 +130,26 @@ impl Harness {
             })
             .map(|m| m.get_counter().get_value() as u64)
             .sum()
+    }
+
+    /// A gRPC client that sends raw bytes to the Export method, and the method's path.
+    async fn raw_grpc(
+        &self,
+    ) -> (
+        tonic::client::Grpc<tonic::transport::Channel>,
+        tonic::codegen::http::uri::PathAndQuery,
+    ) {
+        let channel = tonic::transport::Endpoint::from_shared(self.grpc.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        );
+        (grpc, path)
     }
 
     /// The server still accepts a good request.
@@ -386,16 +407,7 @@ async fn oversized_and_bomb_bodies_are_refused() {
 #[tokio::test]
 async fn undecodable_grpc_message_is_invalid_argument() {
     let h = Harness::start().await;
-    let channel = tonic::transport::Endpoint::from_shared(h.grpc.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-    );
+    let (mut grpc, path) = h.raw_grpc().await;
     let status = grpc
         .unary::<Vec<u8>, Vec<u8>, RawCodec>(tonic::Request::new(vec![0xff; 7]), path, RawCodec)
         .await
@@ -460,6 +472,211 @@ async fn empty_requests_succeed() {
         .await
         .unwrap();
     assert!(h.sink.take().is_empty());
+}
+
+/// One request per bad-input class of the README's "Bad input" table, over OTLP/HTTP
+/// protobuf, with the answer each must get: 400 for what cannot be decoded (truncated, wrong
+/// types, invalid UTF-8, nesting past the decoder's depth limit); partial success for spans
+/// that cannot be placed (end before start, times past 2262); 200 with everything kept for
+/// odd but valid spans (huge attribute counts and values, nested arrays, hostile UTF-8 in
+/// names, unreadable contract attributes, which are counted).
+#[tokio::test]
+async fn every_bad_input_class_gets_its_answer() {
+    use opentelemetry_proto::tonic::common::v1::{
+        AnyValue, ArrayValue, KeyValue, KeyValueList, any_value::Value,
+    };
+    let h = Harness::start().await;
+    let text = |v: &str| AnyValue {
+        value: Some(Value::StringValue(v.into())),
+    };
+    let attribute = |key: &str, value: AnyValue| KeyValue {
+        key: key.into(),
+        value: Some(value),
+        ..Default::default()
+    };
+    let nested = |depth: usize| {
+        let mut value = text("bottom");
+        for _ in 0..depth {
+            value = AnyValue {
+                value: Some(Value::ArrayValue(ArrayValue {
+                    values: vec![value],
+                })),
+            };
+        }
+        value
+    };
+    let one = |s| request(vec![("svc", vec![s])]);
+    // (class, body, HTTP status, spans rejected by partial success, spans kept)
+    let mut cases: Vec<(&str, Vec<u8>, u16, i64, usize)> = Vec::new();
+
+    let whole = retry_fixture().encode_to_vec();
+    cases.push(("truncated", whole[..whole.len() / 2].to_vec(), 400, 0, 0));
+    // A string where a message belongs: the field's wire type is wrong.
+    cases.push(("wrong types", vec![0x0a, 0x03, 0x0a, 0x01, 0x05], 400, 0, 0));
+    let mut invalid_utf8 = one(span(1, 1, "XXXX", 2, 0, 1, vec![])).encode_to_vec();
+    let at = invalid_utf8.windows(4).position(|w| w == b"XXXX").unwrap();
+    invalid_utf8[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xc0, 0x80]);
+    cases.push(("invalid UTF-8", invalid_utf8, 400, 0, 0));
+    let too_deep = one(span(
+        1,
+        1,
+        "deep",
+        2,
+        0,
+        1,
+        vec![attribute("a", nested(200))],
+    ));
+    cases.push((
+        "nesting past the decoder's limit",
+        too_deep.encode_to_vec(),
+        400,
+        0,
+        0,
+    ));
+
+    let backwards = span(1, 1, "backwards", 2, 5, 1, vec![]);
+    cases.push((
+        "end before start",
+        one(backwards).encode_to_vec(),
+        200,
+        1,
+        0,
+    ));
+    let mut future = span(1, 1, "future", 2, 0, 1, vec![]);
+    future.start_time_unix_nano = u64::MAX - 1;
+    future.end_time_unix_nano = u64::MAX;
+    cases.push(("times past 2262", one(future).encode_to_vec(), 200, 1, 0));
+    let mut epoch = span(1, 1, "1970", 2, 0, 1, vec![]);
+    epoch.start_time_unix_nano = 0;
+    epoch.end_time_unix_nano = 1;
+    cases.push(("times at 1970", one(epoch).encode_to_vec(), 200, 0, 1));
+
+    let many: Vec<KeyValue> = (0..2000)
+        .map(|i| attribute(&format!("k{i}"), text("v")))
+        .chain([attribute("big", text(&"x".repeat(100_000)))])
+        .collect();
+    cases.push((
+        "huge attribute counts and values",
+        one(span(1, 1, "many", 2, 0, 1, many)).encode_to_vec(),
+        200,
+        0,
+        1,
+    ));
+    let list = AnyValue {
+        value: Some(Value::KvlistValue(KeyValueList {
+            values: vec![attribute("inner", nested(3))],
+        })),
+    };
+    let arrays = vec![
+        attribute("a", nested(20)),
+        attribute("l", list),
+        attribute("retry", nested(2)),
+    ];
+    cases.push((
+        "nested arrays and lists",
+        one(span(1, 1, "nested", 2, 0, 1, arrays)).encode_to_vec(),
+        200,
+        0,
+        1,
+    ));
+    let hostile = span(
+        1,
+        1,
+        "na\"me\n\u{0}\u{202e}\u{1F329}",
+        2,
+        0,
+        1,
+        vec![attribute("retry", text("three"))],
+    );
+    cases.push((
+        "hostile UTF-8 in names, unreadable contract attribute",
+        request(vec![("s\"v\\c\n\u{202e}", vec![hostile])]).encode_to_vec(),
+        200,
+        0,
+        1,
+    ));
+
+    for (class, body, status, rejected, kept) in cases {
+        let response = h.post("application/x-protobuf", None, body).await;
+        assert_eq!(response.status().as_u16(), status, "{class}");
+        let bytes = response.bytes().await.unwrap();
+        if status == 200 {
+            let answer = ExportTraceServiceResponse::decode(bytes).unwrap();
+            let partial = answer.partial_success.map_or(0, |p| p.rejected_spans);
+            assert_eq!(partial, rejected, "{class}");
+        }
+        let stored: usize = h.sink.take().iter().map(|b| b.num_rows()).sum();
+        assert_eq!(stored, kept, "{class}");
+    }
+    assert!(
+        h.counter(
+            "stormglass_receiver_malformed_fields_total",
+            &[("field", "attempt")]
+        ) >= 2,
+        "the retry attributes that are an array and a word are counted"
+    );
+    h.assert_still_serving().await;
+}
+
+/// The harness's `limits.request_timeout`: short, for the slow-body test, yet far above what
+/// the largest test body takes on loopback.
+const BODY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A body that stalls (a slow or hostile client: headers, part of the body, then nothing)
+/// gets 408 over HTTP and DEADLINE_EXCEEDED over gRPC once limits.request_timeout passes,
+/// counted as reason="timeout"; its request slot is freed.
+#[tokio::test]
+async fn stalled_bodies_time_out_and_free_their_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = Harness::start().await;
+    let address = h
+        .http
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    tcp.write_all(
+        b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\ncontent-length: 1000\r\n\r\n0123456789",
+    )
+    .await
+    .unwrap();
+    let mut answer = vec![0; 512];
+    let read = tokio::time::timeout(BODY_TIMEOUT * 4, tcp.read(&mut answer))
+        .await
+        .expect("an answer once limits.request_timeout passed")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    let (mut grpc, path) = h.raw_grpc().await;
+    // One message, then the stream neither ends nor sends more.
+    let stalled = tokio_stream::StreamExt::chain(
+        tokio_stream::iter(vec![retry_fixture().encode_to_vec()]),
+        tokio_stream::pending(),
+    );
+    let status = tokio::time::timeout(
+        BODY_TIMEOUT * 4,
+        grpc.client_streaming::<_, Vec<u8>, Vec<u8>, RawCodec>(
+            tonic::Request::new(stalled),
+            path,
+            RawCodec,
+        ),
+    )
+    .await
+    .expect("an answer once limits.request_timeout passed")
+    .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(
+        h.counter(
+            "stormglass_receiver_refused_requests_total",
+            &[("reason", "timeout")]
+        ),
+        2
+    );
+    assert!(h.sink.take().is_empty());
+    h.assert_still_serving().await;
 }
 
 /// Sends and receives raw bytes, so a test can put anything on the wire.

@@ -142,16 +142,9 @@ impl<'c> SpanBatchBuilder<'c> {
     /// exactly `spans` rows, strings their exact or typical byte counts. Held spans cost
     /// memory in assembly for as long as their trace is open.
     pub fn for_request(conventions: &'c Conventions, request: &ExportTraceServiceRequest) -> Self {
-        let spans = || {
-            request
-                .resource_spans
-                .iter()
-                .flat_map(|r| &r.scope_spans)
-                .flat_map(|s| &s.spans)
-        };
-        let count = spans().count();
+        let count = spans_of(request).count();
         let mut builder = Self::with_capacity(conventions, count);
-        let names: usize = spans().map(|s| s.name.len()).sum();
+        let names: usize = spans_of(request).map(|s| s.name.len()).sum();
         let services: usize = request
             .resource_spans
             .iter()
@@ -226,13 +219,7 @@ impl<'c> SpanBatchBuilder<'c> {
     ) -> Self {
         let mut builder = Self::for_request(conventions, request);
         builder.lean = true;
-        let spans = request
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len())
-            .sum();
-        builder.span_name = StringBuilder::with_capacity(spans, 0);
+        builder.span_name = StringBuilder::with_capacity(spans_of(request).count(), 0);
         builder
     }
 
@@ -481,6 +468,15 @@ pub fn encode_request(
     let mut builder = SpanBatchBuilder::for_request(conventions, request);
     builder.append_request(request);
     builder.finish()
+}
+
+/// Every span of a request, in order.
+pub fn spans_of(request: &ExportTraceServiceRequest) -> impl Iterator<Item = &Span> {
+    request
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
 }
 
 /// [`encode_request`] in the lean form the live path holds ([`SpanBatchBuilder::lean`]).

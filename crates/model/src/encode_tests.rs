@@ -467,3 +467,33 @@ fn request_batches_are_sized_to_the_request() {
         "{held} bytes held for {tight} bytes of data"
     );
 }
+
+/// The fuzz targets' committed seeds (`fuzz/seeds/`) are the retry fixture in binary OTLP
+/// and OTLP/JSON, so fuzzing starts from a request that reaches every column; regenerate
+/// them with `STORMGLASS_BLESS=1` after the fixture changes.
+#[test]
+fn fuzz_seeds_are_the_retry_fixture() {
+    use prost::Message;
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+    let request = retry_fixture();
+    let files = [
+        ("otlp_protobuf/retry_fixture.pb", request.encode_to_vec()),
+        (
+            "otlp_json/retry_fixture.json",
+            serde_json::to_vec(&request).unwrap(),
+        ),
+    ];
+    for (name, bytes) in files {
+        let path = seeds.join(name);
+        if std::env::var_os("STORMGLASS_BLESS").is_some() {
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let committed = std::fs::read(&path).unwrap();
+        assert_eq!(
+            committed, bytes,
+            "{name}: regenerate with STORMGLASS_BLESS=1"
+        );
+    }
+    let (batch, report) = encode(&request);
+    assert!(batch.num_rows() > 0 && report.rejected == 0);
+}
