@@ -670,13 +670,18 @@ mod tests {
 
         let bad = write(
             "bad-alerts.yaml",
-            "alerts:\n  alertmanagers: [https://am:9093]\n  resend_interval: often\n  amplificaton: 2\n",
+            "alerts:\n  alertmanagers: [ftp://am:9093]\n  resend_interval: often\n  amplificaton: 2\n  bearer_token: t\n  basic_auth: {username: u, password: p}\n",
         );
         let errors = load(Some(&bad), [], &vec![]).unwrap_err();
         let keys: Vec<&str> = errors.0.iter().map(|(k, _)| k.as_str()).collect();
         assert!(keys.contains(&"alerts.alertmanagers.0"), "{errors}");
         assert!(keys.contains(&"alerts.resend_interval"), "{errors}");
         assert!(keys.contains(&"alerts.amplificaton"), "{errors}");
+        assert!(keys.contains(&"alerts.basic_auth"), "{errors}");
+        assert!(
+            !errors.to_string().contains("p}"),
+            "secrets are not echoed: {errors}"
+        );
     }
 
     /// Sampling ratios come per service from the file or the environment (whose keys are

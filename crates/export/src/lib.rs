@@ -8,6 +8,7 @@
 
 pub mod metrics;
 pub mod notify;
+pub mod post;
 pub mod rules;
 
 pub use metrics::FigureMetrics;

@@ -9,8 +9,12 @@
 //! we stop; when the condition no longer holds, the alert is sent once more as resolved
 //! (`endsAt` = now). This is Prometheus' own protocol with Alertmanager.
 //!
-//! Sending runs on spawned tasks, bounded by `alerts.send_timeout`; each attempt is counted
-//! in `stormglass_alert_notifications_total{receiver,result}` and failures are logged.
+//! Sending runs on spawned tasks, each request bounded by `alerts.send_timeout`. Receivers
+//! may be `http://` or `https://` (system roots plus `alerts.ca_file`), with a bearer token
+//! or basic auth. A failure that may pass (no connection, a timeout, 429, 5xx) is retried
+//! `alerts.retries` times with exponential backoff from [`FIRST_BACKOFF`]; every outcome is
+//! counted in `stormglass_alert_notifications_total{receiver,result}` (`sent`, `retried`,
+//! `failed`) and failures are logged.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -21,7 +25,21 @@ use serde::{Deserialize, Serialize};
 use stormglass_analytics::alerts::{AlertDefinition, definition};
 use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report, duration};
 
+use stormglass_ingest::Secret;
+
+use crate::post::Poster;
 use crate::rules::{DEFAULT_RUNBOOK_BASE, runbook_url};
+
+/// The wait before the first retry of a failed notification; doubled for each next one.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// `alerts.basic_auth`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    pub username: String,
+    pub password: Secret,
+}
 
 /// The receiver half of the `alerts.*` section (the thresholds are the other half).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -43,6 +61,14 @@ pub struct NotifyConfig {
     pub labels: BTreeMap<String, String>,
     /// Base of the runbook links (the README that holds the runbooks).
     pub runbook_base: String,
+    /// PEM CA certificates trusted for `https://` receivers, beside the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Bearer token sent to every receiver.
+    pub bearer_token: Option<Secret>,
+    /// Basic auth sent to every receiver (not with `bearer_token`).
+    pub basic_auth: Option<BasicAuth>,
+    /// Retries of a notification that failed in a way that may pass.
+    pub retries: u32,
 }
 
 impl Default for NotifyConfig {
@@ -54,19 +80,27 @@ impl Default for NotifyConfig {
             send_timeout: Duration::from_secs(10),
             labels: BTreeMap::new(),
             runbook_base: DEFAULT_RUNBOOK_BASE.to_owned(),
+            ca_file: None,
+            bearer_token: None,
+            basic_auth: None,
+            retries: 3,
         }
     }
 }
 
 impl NotifyConfig {
     /// The keys of `alerts.*` that belong to this struct (the rest are thresholds).
-    pub const KEYS: [&'static str; 6] = [
+    pub const KEYS: [&'static str; 10] = [
         "alertmanagers",
         "webhooks",
         "resend_interval",
         "send_timeout",
         "labels",
         "runbook_base",
+        "ca_file",
+        "bearer_token",
+        "basic_auth",
+        "retries",
     ];
 
     pub fn validate(&self, prefix: &str) -> Vec<(String, String)> {
@@ -76,12 +110,10 @@ impl NotifyConfig {
             ("webhooks", &self.webhooks),
         ] {
             for (i, url) in urls.iter().enumerate() {
-                if !url.starts_with("http://") {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
                     problems.push((
                         format!("{prefix}.{key}.{i}"),
-                        format!(
-                            "{url:?} must be an http:// URL (TLS receivers: put a local proxy in front)"
-                        ),
+                        format!("{url:?} must be an http:// or https:// URL"),
                     ));
                 }
             }
@@ -96,6 +128,18 @@ impl NotifyConfig {
                     "must be greater than 0 (e.g. 1m)".into(),
                 ));
             }
+        }
+        if self.bearer_token.is_some() && self.basic_auth.is_some() {
+            problems.push((
+                format!("{prefix}.basic_auth"),
+                "set alerts.bearer_token or alerts.basic_auth, not both".into(),
+            ));
+        }
+        if self.retries > 10 {
+            problems.push((
+                format!("{prefix}.retries"),
+                "must be at most 10 (default 3)".into(),
+            ));
         }
         problems
     }
@@ -197,7 +241,7 @@ pub struct AlertEvaluator {
     /// How long a firing alert stays valid in Alertmanager without being re-sent.
     lifetime: Duration,
     generator_url: Mutex<String>,
-    client: reqwest::Client,
+    poster: Poster,
     active: Mutex<BTreeMap<AlertKey, Active>>,
     metrics: NotifyMetrics,
     /// Notifications being sent, so shutdown can wait for them.
@@ -231,15 +275,13 @@ impl AlertEvaluator {
         for state in ["pending", "firing"] {
             alerts.with_label_values(&[state]).set(0);
         }
-        let client = reqwest::Client::builder()
-            .timeout(config.send_timeout)
-            .build()?;
+        let poster = Poster::new(&config)?;
         Ok(Arc::new(AlertEvaluator {
             lifetime: 4 * config.resend_interval.max(interval),
             config,
             thresholds,
             generator_url: Mutex::new(String::new()),
-            client,
+            poster,
             active: Mutex::new(BTreeMap::new()),
             metrics: NotifyMetrics {
                 notifications,
@@ -419,28 +461,34 @@ impl AlertEvaluator {
             posts.push(("webhook", url.clone(), serde_json::to_vec(&webhook)));
         }
         for (receiver, url, body) in posts {
-            let client = self.client.clone();
+            let body = match body {
+                Ok(body) => bytes::Bytes::from(body),
+                Err(e) => unreachable!("alerts serialise to JSON: {e}"),
+            };
+            let poster = self.poster.clone();
+            let retries = self.config.retries;
             let counter = self.metrics.notifications.clone();
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             in_flight.retain(|task| !task.is_finished());
             in_flight.push(runtime.spawn(async move {
-                let result = match body {
-                    Ok(body) => client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body(body)
-                        .send()
-                        .await
-                        .and_then(reqwest::Response::error_for_status)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                match result {
-                    Ok(()) => counter.with_label_values(&[receiver, "sent"]).inc(),
-                    Err(error) => {
-                        counter.with_label_values(&[receiver, "failed"]).inc();
-                        tracing::warn!(receiver, url, error, "alert notification failed");
+                let mut backoff = FIRST_BACKOFF;
+                for attempt in 0..=retries {
+                    match poster.post_json(&url, body.clone()).await {
+                        Ok(()) => {
+                            counter.with_label_values(&[receiver, "sent"]).inc();
+                            return;
+                        }
+                        Err(error) if attempt < retries && error.may_pass() => {
+                            counter.with_label_values(&[receiver, "retried"]).inc();
+                            tracing::debug!(receiver, url, %error, ?backoff, "alert notification failed; retrying");
+                            tokio::time::sleep(backoff).await;
+                            backoff *= 2;
+                        }
+                        Err(error) => {
+                            counter.with_label_values(&[receiver, "failed"]).inc();
+                            tracing::warn!(receiver, url, %error, "alert notification failed");
+                            return;
+                        }
                     }
                 }
             }));
@@ -505,6 +553,6 @@ fn rfc3339(t: SystemTime) -> String {
 pub enum NotifyError {
     #[error("cannot register the alert metrics")]
     Metrics(#[from] prometheus::Error),
-    #[error("cannot build the HTTP client for alert receivers")]
-    Client(#[from] reqwest::Error),
+    #[error("cannot set up TLS for alert receivers: {0}")]
+    Tls(String),
 }

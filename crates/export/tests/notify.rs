@@ -59,13 +59,29 @@ async fn take(received: &Received, n: usize) -> Vec<(String, Value)> {
 
 /// An evaluator with the default thresholds and a 10 s interval.
 fn evaluator(config: NotifyConfig) -> Arc<AlertEvaluator> {
+    evaluator_in(&Registry::new(), config)
+}
+
+fn evaluator_in(registry: &Registry, config: NotifyConfig) -> Arc<AlertEvaluator> {
     AlertEvaluator::register(
-        &Registry::new(),
+        registry,
         config,
         AlertThresholds::default(),
         Duration::from_secs(10),
     )
     .unwrap()
+}
+
+/// `stormglass_alert_notifications_total{result}`, summed over receivers.
+fn notifications(registry: &Registry, result: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == "stormglass_alert_notifications_total")
+        .flat_map(|f| f.get_metric().to_vec())
+        .filter(|m| m.get_label().iter().any(|l| l.value() == result))
+        .map(|m| m.get_counter().get_value())
+        .sum::<f64>()
 }
 
 fn report_with(alerts: Vec<Alert>) -> Arc<Report> {
@@ -186,13 +202,7 @@ async fn short_blips_and_dead_receivers() {
         alertmanagers: vec![url, "http://127.0.0.1:1".into()],
         ..NotifyConfig::default()
     };
-    let evaluator = AlertEvaluator::register(
-        &registry,
-        config,
-        AlertThresholds::default(),
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    let evaluator = evaluator_in(&registry, config);
     let t0 = SystemTime::now();
     evaluator.interval(&partials(), &report_with(vec![amplification(3.0)]), t0);
     evaluator.interval(
@@ -219,17 +229,7 @@ async fn short_blips_and_dead_receivers() {
     evaluator.interval(&partials(), &report, t0 + Duration::from_secs(160));
     take(&received, 1).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    let failed = || {
-        registry
-            .gather()
-            .iter()
-            .filter(|f| f.name() == "stormglass_alert_notifications_total")
-            .flat_map(|f| f.get_metric().to_vec())
-            .filter(|m| m.get_label().iter().any(|l| l.value() == "failed"))
-            .map(|m| m.get_counter().get_value())
-            .sum::<f64>()
-    };
-    while failed() < 1.0 {
+    while notifications(&registry, "failed") < 1.0 {
         assert!(Instant::now() < deadline, "the failed send was not counted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -260,4 +260,124 @@ async fn shutdown_resolves_firing_alerts() {
     assert_eq!(sent.len(), 1, "sent before finish_sending returned");
     assert_eq!(sent[0].1["status"], "resolved");
     assert!(evaluator.alerts().is_empty());
+}
+
+/// Alerts go to an `https://` webhook whose certificate a private CA signed (`alerts.ca_file`)
+/// with the configured bearer token or basic auth; a 503 is retried after a backoff and
+/// the retry is counted; a 401 is not retried.
+#[tokio::test]
+async fn https_receivers_with_auth_and_retries() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use stormglass_ingest::{Secret, Tls, TlsConfig};
+
+    let dir = std::env::temp_dir().join(format!("stormglass-notify-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    for (name, text) in [
+        ("ca.pem", ca.pem()),
+        ("server.pem", cert.pem()),
+        ("server.key", key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let tls = Tls::from_config(
+        &TlsConfig {
+            cert_file: Some(dir.join("server.pem")),
+            key_file: Some(dir.join("server.key")),
+            client_ca_file: None,
+        },
+        &Registry::new(),
+    )
+    .unwrap()
+    .unwrap();
+
+    // Answers 503 to the first request, 401 to a wrong token, 200 otherwise; records the
+    // authorization header of each.
+    type Seen = Arc<Mutex<Vec<String>>>;
+    let seen: Seen = Arc::default();
+    let app = Router::new()
+        .route(
+            "/hook",
+            post(
+                |State(seen): State<Seen>, headers: axum::http::HeaderMap| async move {
+                    let auth = headers
+                        .get("authorization")
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default();
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(auth.clone());
+                    if seen.len() == 1 {
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE
+                    } else if auth.contains("wrong") {
+                        axum::http::StatusCode::UNAUTHORIZED
+                    } else {
+                        axum::http::StatusCode::OK
+                    }
+                },
+            ),
+        )
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}/hook", listener.local_addr().unwrap());
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    let listener = tls.listen(listener, "test", shutdown).unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let fire = |config: NotifyConfig| {
+        let registry = Registry::new();
+        let evaluator = evaluator_in(&registry, config);
+        let t0 = SystemTime::now();
+        let report = report_with(vec![amplification(3.0)]);
+        evaluator.interval(&partials(), &report, t0);
+        evaluator.interval(&partials(), &report, t0 + Duration::from_secs(130));
+        (registry, evaluator)
+    };
+    let base = NotifyConfig {
+        webhooks: vec![url],
+        ca_file: Some(dir.join("ca.pem")),
+        ..NotifyConfig::default()
+    };
+
+    let (registry, evaluator) = fire(NotifyConfig {
+        bearer_token: Some(Secret::new("s3cret")),
+        ..base.clone()
+    });
+    evaluator.finish_sending().await;
+    assert_eq!(notifications(&registry, "retried"), 1.0);
+    assert_eq!(notifications(&registry, "sent"), 1.0);
+    assert_eq!(
+        std::mem::take(&mut *seen.lock().unwrap()),
+        ["Bearer s3cret", "Bearer s3cret"]
+    );
+
+    let (registry, evaluator) = fire(NotifyConfig {
+        basic_auth: Some(stormglass_export::notify::BasicAuth {
+            username: "am".into(),
+            password: Secret::new("pw"),
+        }),
+        ..base.clone()
+    });
+    evaluator.finish_sending().await;
+    assert_eq!(notifications(&registry, "sent"), 1.0);
+    // "am:pw" in base64.
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "Basic YW06cHc=");
+
+    let (registry, evaluator) = fire(NotifyConfig {
+        bearer_token: Some(Secret::new("wrong")),
+        ..base
+    });
+    evaluator.finish_sending().await;
+    assert_eq!(
+        notifications(&registry, "failed"),
+        1.0,
+        "a 401 fails at once"
+    );
+    assert_eq!(notifications(&registry, "retried"), 0.0);
 }

@@ -27,6 +27,11 @@ impl Secret {
     pub fn new(text: impl Into<String>) -> Secret {
         Secret(text.into())
     }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
 }
 
 /// `auth.*` configuration.

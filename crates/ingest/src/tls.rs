@@ -283,7 +283,8 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// The PEM certificates of a file (a chain, or CA certificates); an error names the file.
+pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let file_error = |detail: String| TlsError::File {
         path: path.to_owned(),
         detail,
