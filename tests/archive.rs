@@ -254,3 +254,44 @@ fn a_kill_during_load_leaves_every_visible_file_readable() {
         "{spans} spans read, {visible} were visible"
     );
 }
+
+/// Archives written by two instances, each fed part of the traces (whole traces, as the
+/// Collector's load-balancing exporter routes them), form one dataset: `query` and `analyze`
+/// over both directories give exactly what they give over one archive of every trace.
+#[test]
+fn archives_of_several_instances_read_as_one() {
+    let root = common::temp_dir("archive-shards");
+    let (one, two, all) = (root.join("one"), root.join("two"), root.join("all"));
+    for (dir, count) in [(&one, 2), (&two, 3), (&all, 5)] {
+        let server = start(dir, "200ms");
+        storms(&server, count);
+        server.wait_until("archived", |s| {
+            s.metric("stormglass_archive_spans_total", &[]) == count as f64 * STORM
+        });
+        let (ok, stderr) = server.terminate();
+        assert!(ok, "{stderr}");
+    }
+    let sql = "SELECT caller, callee, logical_calls, attempts, retry_attempts, effective_success_rate, raw_success_rate FROM edges ORDER BY caller, callee";
+    let query = |from: &[&Path]| {
+        let mut args = vec!["query", sql, "--format", "json"];
+        for dir in from {
+            args.extend(["--from", dir.to_str().unwrap()]);
+        }
+        let (ok, stdout, stderr) = stormglass(&args);
+        assert!(ok, "{stderr}");
+        serde_json::from_str::<Value>(&stdout).unwrap()
+    };
+    let sharded = query(&[&one, &two]);
+    assert_eq!(sharded, query(&[&all]));
+    assert_eq!(sharded.as_array().unwrap().len(), 3, "{sharded}");
+    let (ok, stdout, stderr) = stormglass(&[
+        "analyze",
+        one.to_str().unwrap(),
+        two.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let sharded: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(figures(&sharded), figures(&analyze(&all)));
+}
