@@ -151,7 +151,15 @@ fn dashboards_are_portable() {
             for target in panel["targets"].as_array().unwrap() {
                 assert_eq!(target["datasource"]["uid"], "${datasource}");
                 let expr = target["expr"].as_str().unwrap();
-                for var in ["service", "caller", "callee"] {
+                // Scoped like the monitoring mixins: every selector keeps to the chosen
+                // cluster and job (raw series also to the instance), and rates follow
+                // Grafana's interval.
+                let selectors =
+                    expr.matches("stormglass").count() + expr.matches("ALERTS{").count();
+                let scoped = expr.matches("{cluster=~\"$cluster\",job=~\"$job\"").count();
+                assert_eq!(selectors, scoped, "{name}: an unscoped selector in {expr}");
+                assert!(!expr.contains("[5m]"), "{name}: a fixed range in {expr}");
+                for var in ["service", "caller", "callee", "cluster", "job", "instance"] {
                     if expr.contains(&format!("${var}")) {
                         assert!(
                             variables.contains(&var),
@@ -348,9 +356,17 @@ fn dashboard_expressions() -> Vec<(String, String)> {
         for panel in dashboard["panels"].as_array().unwrap() {
             for target in panel["targets"].as_array().unwrap() {
                 let expr = target["expr"].as_str().unwrap();
-                let expr = ["$service", "$caller", "$callee"]
-                    .iter()
-                    .fold(expr.to_owned(), |e, var| e.replace(var, ".*"));
+                let expr = [
+                    "$service",
+                    "$caller",
+                    "$callee",
+                    "$cluster",
+                    "$job",
+                    "$instance",
+                ]
+                .iter()
+                .fold(expr.to_owned(), |e, var| e.replace(var, ".*"))
+                .replace("$__rate_interval", "5m");
                 let name = format!(
                     "{} / {}",
                     file_name(&file),

@@ -63,7 +63,7 @@ const SELF_ALERTS: [SelfAlert; 6] = [
     },
     SelfAlert {
         name: "StormglassRefusingSpans",
-        expr: "sum by (job, instance, reason) (rate(stormglass_receiver_refused_requests_total{reason!=\"invalid\"}[5m])) > 0",
+        expr: "sum by (cluster, job, instance, reason) (rate(stormglass_receiver_refused_requests_total{reason!=\"invalid\"}[5m])) > 0",
         hold: "10m",
         severity: "warning",
         summary: "stormglass {{ $labels.instance }} refuses export requests ({{ $labels.reason }})",
@@ -71,7 +71,7 @@ const SELF_ALERTS: [SelfAlert; 6] = [
     },
     SelfAlert {
         name: "StormglassAnalysisFailing",
-        expr: "sum by (job, instance) (increase(stormglass_analysis_failures_total[10m])) > 0 or sum by (job, instance) (increase(stormglass_internal_errors_total[10m])) > 0",
+        expr: "sum by (cluster, job, instance) (increase(stormglass_analysis_failures_total[10m])) > 0 or sum by (cluster, job, instance) (increase(stormglass_internal_errors_total[10m])) > 0",
         hold: "0m",
         severity: "critical",
         summary: "stormglass {{ $labels.instance }} fails to analyse",
@@ -87,7 +87,7 @@ const SELF_ALERTS: [SelfAlert; 6] = [
     },
     SelfAlert {
         name: "StormglassSeriesOverflow",
-        expr: "sum by (job, instance, metric) (increase(stormglass_export_overflow_total[15m])) > 0",
+        expr: "sum by (cluster, job, instance, metric) (increase(stormglass_export_overflow_total[15m])) > 0",
         hold: "0m",
         severity: "warning",
         summary: "{{ $labels.metric }} folds new series into __overflow__",
@@ -95,13 +95,25 @@ const SELF_ALERTS: [SelfAlert; 6] = [
     },
     SelfAlert {
         name: "StormglassNotificationsFailing",
-        expr: "sum by (job, instance, receiver) (increase(stormglass_alert_notifications_total{result=\"failed\"}[15m])) > 0",
+        expr: "sum by (cluster, job, instance, receiver) (increase(stormglass_alert_notifications_total{result=\"failed\"}[15m])) > 0",
         hold: "0m",
         severity: "warning",
         summary: "stormglass {{ $labels.instance }} cannot notify its {{ $labels.receiver }}",
         description: "Alert notifications from {{ $labels.instance }} to its {{ $labels.receiver }} failed in the last 15 minutes: nobody may hear about a storm.",
     },
 ];
+
+/// Labels every aggregation keeps, so that the figures of different environments (one
+/// Prometheus scraping production and staging) and of different jobs never merge, whatever
+/// the number of instances inside each: the convention of the Prometheus monitoring mixins.
+/// Series without them (a single environment) aggregate as before.
+pub const SCOPE: &str = "cluster, job";
+
+/// `expr` with [`SCOPE`] added to each `sum by` / `max by` grouping.
+pub fn scoped(expr: &str) -> String {
+    expr.replace("sum by (", &format!("sum by ({SCOPE}, "))
+        .replace("max by (", &format!("max by ({SCOPE}, "))
+}
 
 /// The runbook link of an alert.
 pub fn runbook_url(base: &str, anchor: &str) -> String {
@@ -117,13 +129,16 @@ pub fn self_alert_names() -> impl Iterator<Item = &'static str> {
 pub fn render(thresholds: &AlertThresholds, runbook_base: &str) -> String {
     let recording = recording_rules()
         .into_iter()
-        .map(|(record, expr)| Rule::Record { record, expr })
+        .map(|(record, expr)| Rule::Record {
+            record,
+            expr: scoped(&expr),
+        })
         .collect();
     let alerting = DEFINITIONS
         .iter()
         .map(|d| Rule::Alert {
             alert: d.name,
-            expr: (d.expr)(thresholds),
+            expr: scoped(&(d.expr)(thresholds)),
             hold: humantime::format_duration(d.hold).to_string(),
             labels: [("severity", d.severity)].into(),
             annotations: [
