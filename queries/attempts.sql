@@ -1,7 +1,7 @@
 -- attempts: one row per attempt, i.e. one try of a logical call.
 --
 -- Inputs: lineage (the spans with their structural links, see crates/analytics/src/lineage.rs).
--- Both retry shapes of DESIGN.md end up here in the same form:
+-- Both retry shapes of the README end up here in the same form:
 --   * sibling attempts: CLIENT spans under one parent, numbered by retry /
 --     http.request.resend_count (the `attempt` column; absent = 0);
 --   * call span with attempt children (gRPC per-attempt tracing): a CLIENT or INTERNAL

@@ -1,4 +1,4 @@
-//! The alerts of METRICS.md ("Alerts"), defined once for both engines.
+//! The alerts of the README ("Alerts and runbooks"), defined once for both engines.
 //!
 //! Each [`AlertDefinition`] carries what both engines need: the name, severity, `for:`
 //! duration, texts, the PromQL expression Prometheus evaluates (over the exported metrics
@@ -31,7 +31,7 @@ use serde::Deserialize;
 pub use crate::report::Alert;
 use crate::report::Report;
 
-/// `alerts.*` thresholds, defaults from METRICS.md.
+/// `alerts.*` thresholds, defaults from the README.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertThresholds {
@@ -63,7 +63,7 @@ impl Default for AlertThresholds {
 /// An alert's labels (without `alertname` and `severity`) and value, for one series.
 pub type Breach = (BTreeMap<String, String>, f64);
 
-/// One alert of METRICS.md, for both engines.
+/// One alert of the README, for both engines.
 pub struct AlertDefinition {
     pub name: &'static str,
     pub severity: &'static str,
@@ -132,7 +132,7 @@ fn format_value(v: f64) -> String {
 const EDGE: &str = "caller, callee, operation";
 
 /// Prometheus recording rules the alert expressions and dashboards read: each figure of
-/// METRICS.md that is a ratio of counters, over the last 5 minutes (the default window),
+/// the README that is a ratio of counters, over the last 5 minutes (the default window),
 /// summed over instances. Empty denominators give no series (`> 0` filters), never NaN; an
 /// absent numerator series counts as 0 (`or ... * 0`).
 pub fn recording_rules() -> Vec<(&'static str, String)> {
@@ -276,7 +276,7 @@ fn window_minutes(report: &Report) -> Option<f64> {
     report.window.seconds.filter(|s| *s > 0.0).map(|s| s / 60.0)
 }
 
-/// Every alert of METRICS.md, in its order.
+/// Every alert of the README, in its order.
 pub static DEFINITIONS: &[AlertDefinition] = &[
     AlertDefinition {
         name: "StormglassRetryAmplificationHigh",
@@ -447,7 +447,7 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
     AlertDefinition {
         name: "StormglassDeadlineInversion",
         severity: "warning",
-        // Not METRICS.md's 5m: a single inversion keeps `increase[5m] > 0` (and the 5-minute
+        // Not the README's 5m: a single inversion keeps `increase[5m] > 0` (and the 5-minute
         // window's findings) for just 5 minutes, so a 5m hold never fired for it. 1m fires
         // for any inversion, in Prometheus and in the built-in evaluator.
         hold: Duration::from_secs(60),
@@ -582,7 +582,7 @@ mod tests {
         }
     }
 
-    /// Names are unique and follow METRICS.md's table.
+    /// Names are unique and follow the README's table.
     #[test]
     fn eleven_unique_alerts() {
         let mut names: Vec<_> = DEFINITIONS.iter().map(|d| d.name).collect();

@@ -1,4 +1,4 @@
-//! The report of METRICS.md ("JSON report"), built from a window's merged partials.
+//! The report of the README ("Commands": the JSON report), built from a window's merged partials.
 //!
 //! The figures are read from the report tables ([`crate::queries::REPORT`]) into typed rows;
 //! storm potential (a walk over the call graph, see [`storm_potential`]) is added here. The
@@ -136,7 +136,7 @@ pub struct Finding {
     pub example_trace_id: Option<String>,
 }
 
-/// The whole report; its JSON form is the contract of METRICS.md.
+/// The whole report; its JSON form is the contract of the README.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub window: Window,

@@ -1,4 +1,4 @@
-//! The analysis on hand-built fixtures (tests/fixtures): each failure mode of DESIGN.md
+//! The analysis on hand-built fixtures (tests/fixtures): each failure mode of the README
 //! produces the figures computed by hand in its fixture's comment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -2,7 +2,7 @@
 //! `/healthz` (the process is up and none of its tasks is failing: 503 naming the task
 //! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
 //! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
-//! JSON of METRICS.md), `/api/v1/alerts` (the built-in evaluator's pending and firing
+//! JSON of the README), `/api/v1/alerts` (the built-in evaluator's pending and firing
 //! alerts). With `auth.api_token` set, every route but `/healthz` and `/readyz` (probes
 //! carry no token) requires `authorization: Bearer <token>` and answers 401 without it; with
 //! `tls.*` set, the API is served over TLS like the receivers.

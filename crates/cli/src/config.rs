@@ -568,7 +568,7 @@ mod tests {
         path
     }
 
-    /// No file, no environment: the embedded defaults of DESIGN.md.
+    /// No file, no environment: the embedded defaults of the README.
     #[test]
     fn defaults() {
         let config = load(None, [], &vec![]).unwrap();

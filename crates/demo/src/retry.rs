@@ -28,7 +28,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The outcome class of METRICS.md.
+    /// The outcome class of the README.
     pub fn class(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
@@ -135,7 +135,7 @@ impl Policy {
     }
 }
 
-/// The two retry shapes of DESIGN.md.
+/// The two retry shapes of the README.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     /// Each attempt a sibling CLIENT span (`retry`, `http.request.resend_count`).

@@ -1,6 +1,6 @@
 //! The stormglass data model: one Arrow schema for spans ([`schema`]), the attribute
 //! conventions that normalise what exporters send ([`conventions`]), the outcome classes of
-//! METRICS.md ([`outcome`]), and the OTLP -> Arrow encoder ([`encode`]). No I/O lives here.
+//! the README ([`outcome`]), and the OTLP -> Arrow encoder ([`encode`]). No I/O lives here.
 
 pub mod conventions;
 pub mod encode;
