@@ -16,9 +16,13 @@ fi
 export RUSTC_BOOTSTRAP=1
 # Its own target directory: instrumented builds must not replace the test suite's artifacts.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../target}-fuzz"
-for target in otlp_protobuf otlp_json; do
+for target in otlp_protobuf otlp_json config; do
   corpus="$CARGO_TARGET_DIR/corpus/$target"
   mkdir -p "$corpus"
+  if [ "$target" = config ]; then
+    # The shipped example configuration, every key at its default, as it is today.
+    cp ../crates/cli/stormglass.example.yaml "$corpus/example.yaml"
+  fi
   echo "fuzz/run.sh: $target for ${seconds}s" >&2
   # No sanitizer: the code is safe Rust (unsafe_code = forbid), so a bug is a panic, which
   # libFuzzer catches as it is.

@@ -63,6 +63,6 @@ export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 cargo build --workspace --all-targets --locked
 cargo nextest run --workspace --locked --no-fail-fast "$@"
-# Hostile input: each fuzz target (OTLP protobuf and OTLP/JSON into the span batch) for a
-# bounded time; a crash fails the run.
+# Hostile input: each fuzz target (OTLP protobuf and OTLP/JSON into the span batch, the
+# configuration) for a bounded time; a crash fails the run.
 bash fuzz/run.sh "${FUZZ_SECONDS:-60}"

@@ -11,13 +11,14 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params};
 use stormglass_archive::ArchiveConfig;
 use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
 use stormglass_ingest::{AuthConfig, TlsConfig};
+
+use crate::config_tree::{Format, parse, scalar, section, set};
 
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";
@@ -433,70 +434,12 @@ fn notify_keys(
     section(&mut holder, "alerts", errors)
 }
 
-/// Type one section. On an error at some key, record it (with the value found there),
-/// remove that key so its default applies, and try again: every bad key of the section is
-/// reported, not only the first one serde meets.
-fn section<T: DeserializeOwned + Default>(
-    sections: &mut Map<String, Value>,
-    name: &str,
-    errors: &mut Vec<(String, String)>,
-) -> T {
-    let Some(mut value) = sections.remove(name) else {
-        return T::default();
-    };
-    loop {
-        let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(typed) => return typed,
-            Err(e) => e,
-        };
-        let segments: Vec<String> = error
-            .path()
-            .iter()
-            .map(|segment| segment.to_string())
-            .filter(|segment| segment != ".")
-            .collect();
-        let key = std::iter::once(name.to_owned())
-            .chain(segments.iter().cloned())
-            .collect::<Vec<_>>()
-            .join(".");
-        let found = lookup(&value, &segments)
-            .filter(|v| !v.is_object() && !v.is_array())
-            .map(|v| format!(" (found {v})"))
-            .unwrap_or_default();
-        errors.push((key, format!("{}{found}", error.into_inner())));
-        if segments.is_empty() || !remove(&mut value, &segments) {
-            return T::default();
-        }
-    }
-}
-
-fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
-    path.iter().try_fold(value, |node, key| node.get(key))
-}
-
-/// Remove the key at `path`; false when there was nothing to remove.
-fn remove(value: &mut Value, path: &[String]) -> bool {
-    let Some((last, parents)) = path.split_last() else {
-        return false;
-    };
-    let parent = parents
-        .iter()
-        .try_fold(value, |node, key| node.get_mut(key));
-    match parent {
-        Some(Value::Object(map)) => map.remove(last).is_some(),
-        _ => false,
-    }
-}
-
 fn read_file(path: &Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let value: Value = match extension {
-        "yaml" | "yml" => serde_saphyr::from_str(&text)
-            .map_err(|e| format!("{} is not valid YAML: {e}", path.display()))?,
-        "toml" => toml::from_str(&text)
-            .map_err(|e| format!("{} is not valid TOML: {e}", path.display()))?,
+    let format = match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "yaml" | "yml" => Format::Yaml,
+        "toml" => Format::Toml,
         _ => {
             return Err(format!(
                 "{}: unknown format; name the file .yaml, .yml or .toml",
@@ -504,50 +447,7 @@ fn read_file(path: &Path) -> Result<Value, String> {
             ));
         }
     };
-    // An empty YAML document is an empty configuration.
-    Ok(if value.is_null() {
-        Value::Object(Map::new())
-    } else {
-        value
-    })
-}
-
-/// Set `keys` in `tree`, creating mappings on the way (a scalar in the way is replaced).
-fn set(tree: &mut Value, keys: &[String], value: Value) {
-    let Some((last, parents)) = keys.split_last() else {
-        return;
-    };
-    let mut node = tree;
-    for key in parents {
-        if !node.is_object() {
-            *node = Value::Object(Map::new());
-        }
-        let Value::Object(map) = node else {
-            unreachable!("just made an object")
-        };
-        node = map
-            .entry(key.clone())
-            .or_insert_with(|| Value::Object(Map::new()));
-    }
-    if !node.is_object() {
-        *node = Value::Object(Map::new());
-    }
-    if let Value::Object(map) = node {
-        map.insert(last.clone(), value);
-    }
-}
-
-/// An environment value as the scalar it spells: integer, float, boolean, else string.
-fn scalar(text: &str) -> Value {
-    if let Ok(i) = text.parse::<i64>() {
-        Value::from(i)
-    } else if let Ok(f) = text.parse::<f64>() {
-        Value::from(f)
-    } else if let Ok(b) = text.parse::<bool>() {
-        Value::Bool(b)
-    } else {
-        Value::String(text.to_owned())
-    }
+    parse(&text, format).map_err(|e| format!("{} {e}", path.display()))
 }
 
 /// The example configuration shown in the README, every key at its default.

@@ -3,6 +3,7 @@
 
 mod api;
 mod config;
+mod config_tree;
 mod demo;
 mod load;
 mod offline;

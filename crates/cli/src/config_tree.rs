@@ -1,0 +1,123 @@
+//! The configuration's value tree, generic over the section types: a file parsed into one
+//! JSON-like tree, overrides set at key paths, and each section typed with every bad key
+//! reported. Kept apart from the section types so that it is fuzzed on its own
+//! (`fuzz/fuzz_targets/config.rs`) without building the crates that define them.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// A configuration file's syntax.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Toml,
+}
+
+/// Parse a configuration file's text into the value tree; an empty document is an empty
+/// configuration. The error says what is wrong and where, without the file's name.
+pub fn parse(text: &str, format: Format) -> Result<Value, String> {
+    let value: Value = match format {
+        Format::Yaml => {
+            serde_saphyr::from_str(text).map_err(|e| format!("is not valid YAML: {e}"))?
+        }
+        Format::Toml => toml::from_str(text).map_err(|e| format!("is not valid TOML: {e}"))?,
+    };
+    Ok(if value.is_null() {
+        Value::Object(Map::new())
+    } else {
+        value
+    })
+}
+
+/// Type one section. On an error at some key, record it (with the value found there),
+/// remove that key so its default applies, and try again: every bad key of the section is
+/// reported, not only the first one serde meets.
+pub fn section<T: DeserializeOwned + Default>(
+    sections: &mut Map<String, Value>,
+    name: &str,
+    errors: &mut Vec<(String, String)>,
+) -> T {
+    let Some(mut value) = sections.remove(name) else {
+        return T::default();
+    };
+    loop {
+        let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(typed) => return typed,
+            Err(e) => e,
+        };
+        let segments: Vec<String> = error
+            .path()
+            .iter()
+            .map(|segment| segment.to_string())
+            .filter(|segment| segment != ".")
+            .collect();
+        let key = std::iter::once(name.to_owned())
+            .chain(segments.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(".");
+        let found = lookup(&value, &segments)
+            .filter(|v| !v.is_object() && !v.is_array())
+            .map(|v| format!(" (found {v})"))
+            .unwrap_or_default();
+        errors.push((key, format!("{}{found}", error.into_inner())));
+        if segments.is_empty() || !remove(&mut value, &segments) {
+            return T::default();
+        }
+    }
+}
+
+fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |node, key| node.get(key))
+}
+
+/// Remove the key at `path`; false when there was nothing to remove.
+fn remove(value: &mut Value, path: &[String]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let parent = parents
+        .iter()
+        .try_fold(value, |node, key| node.get_mut(key));
+    match parent {
+        Some(Value::Object(map)) => map.remove(last).is_some(),
+        _ => false,
+    }
+}
+
+/// Set `keys` in `tree`, creating mappings on the way (a scalar in the way is replaced).
+pub fn set(tree: &mut Value, keys: &[String], value: Value) {
+    let Some((last, parents)) = keys.split_last() else {
+        return;
+    };
+    let mut node = tree;
+    for key in parents {
+        if !node.is_object() {
+            *node = Value::Object(Map::new());
+        }
+        let Value::Object(map) = node else {
+            unreachable!("just made an object")
+        };
+        node = map
+            .entry(key.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !node.is_object() {
+        *node = Value::Object(Map::new());
+    }
+    if let Value::Object(map) = node {
+        map.insert(last.clone(), value);
+    }
+}
+
+/// An environment value as the scalar it spells: integer, float, boolean, else string.
+pub fn scalar(text: &str) -> Value {
+    if let Ok(i) = text.parse::<i64>() {
+        Value::from(i)
+    } else if let Ok(f) = text.parse::<f64>() {
+        Value::from(f)
+    } else if let Ok(b) = text.parse::<bool>() {
+        Value::Bool(b)
+    } else {
+        Value::String(text.to_owned())
+    }
+}
