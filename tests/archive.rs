@@ -69,24 +69,12 @@ fn logical_calls(report: &Value, caller: &str, callee: &str) -> f64 {
 
 /// DuckDB's answer to `sql` (one row, as JSON) over the archive's files, as a user runs it.
 fn duckdb(dir: &Path, sql: &str) -> Value {
-    let python = std::env::var("TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("TEST_PYTHON is unset: run tests/run.sh, which installs DuckDB")
-    });
     let glob = dir.join("*.parquet");
     let script = format!(
         "import duckdb, json\nduckdb.sql(\"CREATE VIEW spans AS SELECT * FROM read_parquet('{}')\")\nprint(json.dumps(duckdb.sql(\"{sql}\").fetchall()[0], default=str))",
         glob.display()
     );
-    let output = std::process::Command::new(python)
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    serde_json::from_slice(&common::python(&script, &[])).unwrap()
 }
 
 /// Every accepted span reaches a visible archive file whole (its name, which the live path

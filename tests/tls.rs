@@ -170,9 +170,6 @@ fn rust_sdk_export(pki: &Pki, grpc: &str, token: &str, spans: usize) {
 /// `spans` SERVER spans through the Python SDK's OTLP/HTTP exporter over TLS, with a client
 /// certificate and `token`.
 fn python_sdk_export(pki: &Pki, http: &str, token: &str, spans: usize) {
-    let python = std::env::var("TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("TEST_PYTHON is unset: run tests/run.sh, which installs the Python SDK")
-    });
     let script = r#"
 import sys
 from opentelemetry import trace
@@ -192,29 +189,14 @@ for _ in range(int(spans)):
         pass
 provider.shutdown()
 "#;
-    let output = Command::new(python)
-        // requests lets these override the exporter's certificate_file (a known requests
-        // quirk: session-level verify loses to the environment); machines set them.
-        .env_remove("REQUESTS_CA_BUNDLE")
-        .env_remove("CURL_CA_BUNDLE")
-        .args([
-            "-c",
-            script,
-            &format!("https://localhost:{}/v1/traces", port(http)),
-        ])
-        .args([
-            pki.path("ca.pem"),
-            pki.path("client.pem"),
-            pki.path("client.key"),
-        ])
-        .args([token, &spans.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let endpoint = format!("https://localhost:{}/v1/traces", port(http));
+    let (ca, cert, key) = (
+        pki.path("ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client.key"),
     );
+    let spans = spans.to_string();
+    common::python(script, &[&endpoint, &ca, &cert, &key, token, &spans]);
 }
 
 fn port(addr: &str) -> &str {

@@ -136,6 +136,29 @@ pub fn stormglass(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Run `python -c script args...` with the test virtualenv's Python (`TEST_PYTHON`, which
+/// tests/run.sh sets after installing DuckDB and the OpenTelemetry SDK from PyPI), without
+/// the CA-bundle variables some machines set (requests lets them override an exporter's
+/// own certificate_file); asserts success and returns stdout.
+pub fn python(script: &str, args: &[&str]) -> Vec<u8> {
+    let python = std::env::var("TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("TEST_PYTHON is unset: run tests/run.sh, which installs the Python packages")
+    });
+    let output = Command::new(python)
+        .env_remove("REQUESTS_CA_BUNDLE")
+        .env_remove("CURL_CA_BUNDLE")
+        .args(["-c", script])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
 /// GET a URL on loopback; returns (status, body).
 pub fn get(url: &str) -> (u16, String) {
     let response = reqwest::blocking::get(url).unwrap();

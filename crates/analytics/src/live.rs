@@ -31,7 +31,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
 use serde::Deserialize;
 use stormglass_assembly::duration;
 use stormglass_assembly::{ReleasedTraces, TraceSink};
-use stormglass_ingest::health::panic_message;
+use stormglass_ingest::health::{error_chain, panic_message};
 use stormglass_ingest::{Health, MemoryBudget, Reservation};
 use stormglass_model::{SPANS_SCHEMA, schema};
 use tokio::sync::{Notify, watch};
@@ -546,8 +546,7 @@ impl LiveAnalysis {
             }
             Err(e) => {
                 self.metrics.failures.inc();
-                self.health
-                    .failed("analysis", &format!("{e}: {}", source_chain(&e)));
+                self.health.failed("analysis", &error_chain(&e));
             }
         }
         partials
@@ -595,7 +594,7 @@ impl LiveAnalysis {
             }
             Ok(Err(e)) => {
                 self.metrics.failures.inc();
-                let detail = format!("{e}: {}", source_chain(&e));
+                let detail = error_chain(&e);
                 self.health.failed("analysis", &detail);
             }
             Err(joined) => {
@@ -748,8 +747,7 @@ impl LiveAnalysis {
     async fn interval_logged(&self) {
         if let Err(e) = self.run_interval(SystemTime::now()).await {
             self.metrics.failures.inc();
-            self.health
-                .failed("analysis", &format!("{e}: {}", source_chain(&e)));
+            self.health.failed("analysis", &error_chain(&e));
         }
     }
 }
@@ -855,16 +853,6 @@ fn server_services(batch: &RecordBatch) -> Vec<String> {
         }
     }
     seen
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut chain = Vec::new();
-    let mut source = e.source();
-    while let Some(s) = source {
-        chain.push(s.to_string());
-        source = s.source();
-    }
-    chain.join(": ")
 }
 
 fn unix_ns(t: SystemTime) -> i64 {

@@ -555,4 +555,8 @@ pub enum NotifyError {
     Metrics(#[from] prometheus::Error),
     #[error("cannot set up TLS for alert receivers: {0}")]
     Tls(String),
+    #[error(
+        "alerts.bearer_token or alerts.basic_auth holds characters an HTTP header cannot carry"
+    )]
+    Credentials,
 }

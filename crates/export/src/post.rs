@@ -12,6 +12,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio_rustls::rustls;
 
+use stormglass_ingest::health::error_chain;
+
 use crate::notify::{NotifyConfig, NotifyError};
 
 /// Posts JSON documents to receivers. Cheap to clone.
@@ -84,11 +86,8 @@ impl Poster {
         };
         let authorization = authorization
             .map(|value| {
-                let mut value = HeaderValue::try_from(value).map_err(|_| {
-                    NotifyError::Tls(
-                        "the receiver credentials are not valid in an HTTP header".into(),
-                    )
-                })?;
+                let mut value =
+                    HeaderValue::try_from(value).map_err(|_| NotifyError::Credentials)?;
                 value.set_sensitive(true);
                 Ok::<_, NotifyError>(value)
             })
@@ -112,22 +111,11 @@ impl Poster {
         let response = tokio::time::timeout(self.timeout, self.client.request(request))
             .await
             .map_err(|_| PostError::Timeout)?
-            .map_err(|e| PostError::Transport(source_chain(&e)))?;
+            .map_err(|e| PostError::Transport(error_chain(&e)))?;
         if response.status().is_success() {
             Ok(())
         } else {
             Err(PostError::Status(response.status()))
         }
     }
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

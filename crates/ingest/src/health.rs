@@ -10,6 +10,18 @@ use std::sync::{Arc, Mutex};
 
 use prometheus::{IntCounterVec, Opts, Registry};
 
+/// An error and every source under it, as one line: `error: cause: cause`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// The tasks that report their health.
 pub const TASKS: [&str; 3] = ["assembly", "analysis", "archive"];
 
