@@ -3,11 +3,14 @@
 -- Mergeable by SUM (MAX for max_attempt and max_outer_attempt): one row per edge per
 -- analysis interval. max_outer_attempt: the highest attempt number of an in-process retry
 -- loop around the edge's calls (attempts.outer_attempt), null when there is none.
+-- budgeted_attempts and deadline_ms_total: the attempts that carry a budget (deadline_ms)
+-- and the sum of their budgets, so a Prometheus user gets the mean timeout of an edge from
+-- counters summed over instances (the configured timeout, exactly, when the edge has one).
 --
 -- Inputs: attempts, logical_calls, orphans, findings, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   attempts, ok_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
---   max_outer_attempt,
+--   max_outer_attempt, budgeted_attempts, deadline_ms_total,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
@@ -28,6 +31,9 @@ at AS (
     SUM(CASE WHEN a.attempt >= 1 AND a.outcome = 'ok' THEN a.weight ELSE 0.0 END) AS ok_retry_attempts,
     MAX(a.attempt) AS max_attempt,
     MAX(CASE WHEN a.outer_attempt >= 0 THEN a.outer_attempt END) AS max_outer_attempt,
+    SUM(CASE WHEN a.deadline_ms IS NOT NULL THEN a.weight ELSE 0.0 END) AS budgeted_attempts,
+    SUM(CASE WHEN a.deadline_ms IS NOT NULL THEN a.deadline_ms * a.weight ELSE 0.0 END)
+      AS deadline_ms_total,
     SUM(CASE WHEN a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key THEN a.weight ELSE 0.0 END)
       AS unsafe_retries,
     SUM(CASE WHEN a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent THEN a.weight ELSE 0.0 END)
@@ -51,7 +57,8 @@ inv AS (
 SELECT at.caller, at.callee, at.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   at.attempts, at.ok_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
-  at.max_attempt, at.max_outer_attempt, at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
+  at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
+  at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
   COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions

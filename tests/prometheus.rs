@@ -80,7 +80,7 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
         &["check", "rules", &path("prometheus/stormglass-rules.yml")],
         None,
     );
-    assert!(checked.contains("SUCCESS: 31 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 34 rules found"), "{checked}");
     let tested = run_tool(
         "promtool",
         &[
@@ -541,9 +541,9 @@ fn healthy_traffic_fires_nothing() {
 /// The figures per cluster that a sharded deployment must get exactly as one instance does,
 /// read from the summed counters and histogram buckets: per edge the logical calls by first
 /// and final outcome (effective and raw success, retry contribution), attempts by kind and
-/// outcome (retry success), orphan work and unsafe retries; per layer the received and
-/// baseline attempts (amplification) and the P99 and P99.9 of the summed histogram (tail
-/// ratio). Keyed by cluster, then by the series' other labels.
+/// outcome (retry success), orphan work, unsafe retries and the mean timeout (budgets summed
+/// over budgeted attempts); per layer the received and baseline attempts (amplification) and
+/// the P99, P99.9 and their ratio (tail ratio) of the summed histogram. Keyed by cluster, then by the series' other labels.
 type Figures = std::collections::BTreeMap<String, f64>;
 
 fn figures_by_cluster(url: &str) -> std::collections::BTreeMap<String, Figures> {
@@ -555,6 +555,8 @@ fn figures_by_cluster(url: &str) -> std::collections::BTreeMap<String, Figures> 
         "sum by (cluster, service) (stormglass_layer_attempts_total) / sum by (cluster, service) (stormglass_layer_baseline_attempts_total)",
         "histogram_quantile(0.99, sum by (cluster, service, le) (stormglass_layer_duration_seconds_bucket))",
         "histogram_quantile(0.999, sum by (cluster, service, le) (stormglass_layer_duration_seconds_bucket))",
+        "sum by (cluster, caller, callee, operation) (stormglass_attempt_deadline_seconds_total) / sum by (cluster, caller, callee, operation) (stormglass_budgeted_attempts_total)",
+        "histogram_quantile(0.999, sum by (cluster, service, le) (stormglass_layer_duration_seconds_bucket)) / histogram_quantile(0.99, sum by (cluster, service, le) (stormglass_layer_duration_seconds_bucket))",
     ];
     let mut figures: std::collections::BTreeMap<String, Figures> = Default::default();
     for (i, promql) in promql.iter().enumerate() {
@@ -672,17 +674,28 @@ fn sharded_instances_sum_to_one_instance() {
                 one.keys().any(|k| k.starts_with("4 ")),
                 "layers counted: {one:?}"
             );
-            assert!(
-                one.keys().any(|k| k.starts_with("6 ")),
-                "quantiles: {one:?}"
-            );
+            for (figure, what) in [
+                ("6 ", "quantiles"),
+                ("7 ", "timeouts"),
+                ("8 ", "tail ratios"),
+            ] {
+                assert!(one.keys().any(|k| k.starts_with(figure)), "{what}: {one:?}");
+            }
             // The recording rules keep the clusters apart too.
-            let amplification = query(&url, "stormglass:layer_amplification:ratio_rate5m");
-            let clusters: std::collections::BTreeSet<&str> = amplification
-                .iter()
-                .map(|s| s["metric"]["cluster"].as_str().unwrap())
-                .collect();
-            if clusters.len() == 2 {
+            let apart = [
+                "stormglass:layer_amplification:ratio_rate5m",
+                "stormglass:layer_tail:ratio_rate5m",
+                "stormglass:edge_timeout:mean_seconds_rate5m",
+            ]
+            .iter()
+            .all(|rule| {
+                let clusters: std::collections::BTreeSet<String> = query(&url, rule)
+                    .iter()
+                    .map(|s| s["metric"]["cluster"].as_str().unwrap().to_owned())
+                    .collect();
+                clusters.len() == 2
+            });
+            if apart {
                 break;
             }
         }

@@ -19,8 +19,13 @@
 //!   and whose last succeeded (the labels of `stormglass_logical_calls_total`); the report
 //!   counts successful calls with more than one attempt. They differ only for calls that
 //!   succeeded first and were still re-sent (hedging).
-//! * Tail ratio, storm potential and timeout-below-tail read the gauges in Prometheus (a
-//!   quantile or a graph walk cannot be summed across instances).
+//! * Tail ratio and timeout-below-tail read the layer histogram in Prometheus (quantiles of
+//!   the buckets summed over instances, within the buckets' 25%) and the mean budget
+//!   (`stormglass_attempt_deadline_seconds_total / stormglass_budgeted_attempts_total`: the
+//!   configured timeout when an edge has one); the evaluator reads the window's 2% quantiles
+//!   and the median budget.
+//! * Storm potential reads the gauge with `max by`: a walk along call chains cannot be
+//!   summed, and each instance sees the same retry policies, so the largest is the figure.
 //! * Values are in base units, as in Prometheus: the timeout alert's value is seconds.
 
 use std::collections::{BTreeMap, HashMap};
@@ -220,6 +225,25 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
              (rate(stormglass_layer_duration_seconds_bucket[5m])))"
                 .to_owned(),
         ),
+        (
+            "stormglass:layer_tail:ratio_rate5m",
+            "stormglass:layer_latency_p999:seconds_rate5m / \
+             (stormglass:layer_latency_p99:seconds_rate5m > 0)"
+                .to_owned(),
+        ),
+        (
+            "stormglass:edge_timeout:mean_seconds_rate5m",
+            format!(
+                "sum by ({EDGE}) (rate(stormglass_attempt_deadline_seconds_total[5m])) / \
+                 (sum by ({EDGE}) (rate(stormglass_budgeted_attempts_total[5m])) > 0)"
+            ),
+        ),
+        (
+            "stormglass:callee_latency_p999:seconds_rate5m",
+            "max by (callee) (label_replace(stormglass:layer_latency_p999:seconds_rate5m, \
+             \"callee\", \"$1\", \"service\", \"(.*)\"))"
+                .to_owned(),
+        ),
     ]
 }
 
@@ -413,12 +437,7 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "The P99.9 latency of {service} is {value} times its P99 (threshold \
             {threshold}): the tail is deteriorating, and timeouts set at P99 cut it off.",
         threshold: |t| t.tail_ratio,
-        expr: |t| {
-            format!(
-                "max by (service) (stormglass_layer_tail_ratio) > {}",
-                t.tail_ratio
-            )
-        },
+        expr: |t| format!("stormglass:layer_tail:ratio_rate5m > {}", t.tail_ratio),
         condition: |r, t| layers_where(r, |l| l.tail_ratio, |v| v > t.tail_ratio),
     },
     AlertDefinition {
@@ -431,10 +450,9 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             to P99.9 x 1.5 (stormglass_recommended_timeout_seconds).",
         threshold: |_| 0.0,
         expr: |_| {
-            format!(
-                "max by ({EDGE}) (stormglass_timeout_seconds) < \
-                 max by ({EDGE}) (stormglass_callee_latency_p999_seconds)"
-            )
+            "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
+             stormglass:callee_latency_p999:seconds_rate5m"
+                .to_owned()
         },
         condition: |r, _| {
             r.edges

@@ -67,8 +67,10 @@ const IMMEDIATE_RETRIES: usize = 9;
 const DEADLINE_VIOLATIONS: usize = 10;
 const MULTI_LAYER: usize = 11;
 const BROKEN_TRACES: usize = 12;
+const BUDGETED_ATTEMPTS: usize = 13;
+const DEADLINE_SECONDS: usize = 14;
 
-const COUNTERS: [Spec; 13] = [
+const COUNTERS: [Spec; 15] = [
     spec(
         "stormglass_logical_calls_total",
         "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
@@ -146,6 +148,16 @@ const COUNTERS: [Spec; 13] = [
         "stormglass_broken_traces_total",
         "Traces with a span whose parent never arrived (a subtree that looks like its own entry), by the service of that span.",
         SERVICE,
+    ),
+    spec(
+        "stormglass_budgeted_attempts_total",
+        "Attempts that carry a budget (a deadline): the attempts stormglass_timeout_seconds is the median of.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_attempt_deadline_seconds_total",
+        "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
+        EDGE,
     ),
 ];
 
@@ -387,6 +399,8 @@ impl FigureMetrics {
                 r.timeout_retries_on_writes,
             );
             add(IMMEDIATE_RETRIES, edge.clone(), r.immediate_retries);
+            add(BUDGETED_ATTEMPTS, edge.clone(), r.budgeted_attempts);
+            add(DEADLINE_SECONDS, edge.clone(), r.deadline_ms_total / 1e3);
             add(ORPHAN_WORK, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
@@ -745,7 +759,7 @@ row!(CallRow { caller, callee, operation, first_outcome, final_outcome; calls })
 row!(AttemptRow { caller, callee, operation, attempt, outcome, cause; attempts });
 row!(EntryRow { service, operation; requests });
 row!(LayerRow { service; received, baseline });
-row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries });
+row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries, budgeted_attempts, deadline_ms_total });
 row!(OrphanRow { caller, callee, operation, server_outcome; pairs, work_ms });
 row!(FindingRow { kind, caller, callee; count });
 row!(TraceRow { service; multi_layer_retry_traces, broken_traces });

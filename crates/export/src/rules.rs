@@ -109,10 +109,11 @@ const SELF_ALERTS: [SelfAlert; 6] = [
 /// Series without them (a single environment) aggregate as before.
 pub const SCOPE: &str = "cluster, job";
 
-/// `expr` with [`SCOPE`] added to each `sum by` / `max by` grouping.
+/// `expr` with [`SCOPE`] added to each `sum by` / `max by` grouping and `on` matching.
 pub fn scoped(expr: &str) -> String {
     expr.replace("sum by (", &format!("sum by ({SCOPE}, "))
         .replace("max by (", &format!("max by ({SCOPE}, "))
+        .replace("on (", &format!("on ({SCOPE}, "))
 }
 
 /// The runbook link of an alert.

@@ -188,6 +188,12 @@ async fn exposition_matches_the_report() {
             e.timeout_ms.map(|ms| ms / 1e3),
             "{what}"
         );
+        // The mean budget from the counters: present exactly where the report has a
+        // timeout, and equal to it (each fixture edge has one timeout policy).
+        let budgeted = sum(&s, "stormglass_budgeted_attempts_total", &labels);
+        let budgets = sum(&s, "stormglass_attempt_deadline_seconds_total", &labels);
+        let mean = (budgeted > 0.0).then(|| budgets / budgeted);
+        assert_eq!(mean, e.timeout_ms.map(|ms| ms / 1e3), "{what}");
     }
     for l in &report.layers {
         let service = format!("service=\"{}\"", l.service);
