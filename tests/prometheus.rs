@@ -80,13 +80,14 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
         &["check", "rules", &path("prometheus/stormglass-rules.yml")],
         None,
     );
-    assert!(checked.contains("SUCCESS: 34 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 35 rules found"), "{checked}");
     let tested = run_tool(
         "promtool",
         &[
             "test",
             "rules",
             &path("prometheus/stormglass-rules.test.yml"),
+            &path("prometheus/stormglass-rules.week.test.yml"),
         ],
         None,
     );
@@ -101,8 +102,42 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
         &["check-config", &path("alertmanager/alertmanager.yml")],
         None,
     );
+    // The commented example receivers are valid once uncommented and filled in.
+    let example = std::fs::read_to_string(path("alertmanager/alertmanager.yml")).unwrap();
+    let filled: String = example
+        .lines()
+        .map(|l| {
+            l.strip_prefix("  # ")
+                .map_or(l.to_owned(), |l| format!("  {l}"))
+        })
+        .map(|l| {
+            l.replace(
+                "<your PagerDuty Events v2 integration key>",
+                "0123456789abcdef0123456789abcdef",
+            )
+            .replace("<your webhook path>", "T0/B0/X0")
+                + "\n"
+        })
+        .collect();
+    assert!(filled.contains("pagerduty_configs") && filled.contains("slack_configs"));
+    let dir = temp_dir("alertmanager-example");
+    std::fs::write(dir.join("alertmanager.yml"), filled).unwrap();
+    let checked = run_tool(
+        "amtool",
+        &[
+            "check-config",
+            &dir.join("alertmanager.yml").to_string_lossy(),
+        ],
+        None,
+    );
+    assert!(checked.contains("3 receivers"), "{checked}");
     // Every alert of the definitions has a unit test.
-    let tests = std::fs::read_to_string(path("prometheus/stormglass-rules.test.yml")).unwrap();
+    let tests = [
+        "stormglass-rules.test.yml",
+        "stormglass-rules.week.test.yml",
+    ]
+    .map(|f| std::fs::read_to_string(path(&format!("prometheus/{f}"))).unwrap())
+    .concat();
     for name in stormglass_export::rules::self_alert_names() {
         assert!(
             tests.contains(&format!("alertname: {name}")),
@@ -425,16 +460,20 @@ fn retry_storm_reaches_alertmanager_from_both_engines() {
         );
         for alert in stack.alertmanager_alerts() {
             if has_labels(&alert, &amplification) {
+                // Both engines link to the runbook on stormglass' own page, and it resolves.
+                let runbook = alert["annotations"]["runbook_url"].as_str().unwrap();
+                assert!(
+                    runbook.starts_with(&format!("http://{}/runbooks#", stack.server.api))
+                        && runbook.ends_with("#stormglassretryamplificationhigh"),
+                    "{alert}"
+                );
+                let (status, page) = get(runbook);
+                assert_eq!(status, 200, "{runbook}");
+                assert!(page.contains("<h3 id=\"stormglassretryamplificationhigh\">"));
                 if alert["labels"]["source"] == "prometheus" {
                     from_prometheus.get_or_insert(started.elapsed());
                 } else if alert["labels"]["source"] == "stormglass" {
                     from_stormglass.get_or_insert(started.elapsed());
-                    assert!(
-                        alert["annotations"]["runbook_url"]
-                            .as_str()
-                            .unwrap()
-                            .ends_with("#stormglassretryamplificationhigh")
-                    );
                     assert!(
                         alert["annotations"]["summary"]
                             .as_str()

@@ -48,6 +48,44 @@ pub struct AlertThresholds {
     pub retries_per_minute: f64,
     pub tail_ratio: f64,
     pub orphan_work_seconds_per_minute: f64,
+    /// Minimum traffic of a ratio alert: its denominator (the events the ratio is a share
+    /// of) per minute. Below it, a ratio of a handful of events is noise and never fires.
+    pub min_events_per_minute: f64,
+    /// `StormglassLatencyDrift`: how far (a share) a layer's P99.9 may move from its
+    /// baseline before timeouts and budgets need recomputing.
+    pub latency_drift: f64,
+    /// A JSON report (`stormglass analyze --json` of a load test) whose layers' P99.9 are
+    /// the baseline of `StormglassLatencyDrift`; without it, Prometheus compares with the
+    /// same time a week earlier and the built-in evaluator does not check drift.
+    pub baseline: Option<std::path::PathBuf>,
+    /// The baseline's P99.9 per service, in milliseconds (read from `baseline`).
+    #[serde(skip)]
+    pub baseline_p999_ms: BTreeMap<String, f64>,
+}
+
+/// The layers' P99.9 (milliseconds, by service) of a JSON report: a drift baseline.
+pub fn read_baseline(path: &std::path::Path) -> Result<BTreeMap<String, f64>, String> {
+    #[derive(Deserialize)]
+    struct Layer {
+        service: String,
+        p999_ms: Option<f64>,
+    }
+    #[derive(Deserialize)]
+    struct Baseline {
+        layers: Vec<Layer>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let report: Baseline = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{}: not a stormglass JSON report (analyze --json): {e}",
+            path.display()
+        )
+    })?;
+    Ok(report
+        .layers
+        .into_iter()
+        .filter_map(|l| Some((l.service, l.p999_ms.filter(|ms| *ms > 0.0)?)))
+        .collect())
 }
 
 impl Default for AlertThresholds {
@@ -61,6 +99,10 @@ impl Default for AlertThresholds {
             retries_per_minute: 50.0,
             tail_ratio: 2.0,
             orphan_work_seconds_per_minute: 1.0,
+            min_events_per_minute: 10.0,
+            latency_drift: 0.2,
+            baseline: None,
+            baseline_p999_ms: BTreeMap::new(),
         }
     }
 }
@@ -300,6 +342,45 @@ fn window_minutes(report: &Report) -> Option<f64> {
     report.window.seconds.filter(|s| *s > 0.0).map(|s| s / 60.0)
 }
 
+/// The minimum-traffic guard of a ratio alert in the evaluator: `events` (the ratio's
+/// denominator in the window) reach `min_events_per_minute`. A report without a window
+/// length (no spans) has nothing to guard.
+fn busy(report: &Report, events: f64, t: &AlertThresholds) -> bool {
+    window_minutes(report).is_none_or(|minutes| events / minutes >= t.min_events_per_minute)
+}
+
+/// Edges whose figure breaches, among those with `events` (the ratio's denominator) busy
+/// enough: the ratio alerts' condition.
+fn busy_edges(
+    r: &Report,
+    t: &AlertThresholds,
+    figure: impl Fn(&crate::report::EdgeFigures) -> Option<f64>,
+    events: impl Fn(&crate::report::EdgeFigures) -> f64,
+    breach: impl Fn(f64) -> bool,
+) -> Vec<Breach> {
+    edges_where(r, |e| figure(e).filter(|_| busy(r, events(e), t)), breach)
+}
+
+/// Layers whose figure breaches, among those with `events` busy enough.
+fn busy_layers(
+    r: &Report,
+    t: &AlertThresholds,
+    figure: impl Fn(&crate::report::LayerFigures) -> Option<f64>,
+    events: impl Fn(&crate::report::LayerFigures) -> f64,
+    breach: impl Fn(f64) -> bool,
+) -> Vec<Breach> {
+    layers_where(r, |l| figure(l).filter(|_| busy(r, events(l), t)), breach)
+}
+
+/// The same guard in PromQL: `condition` holds and `events` (a per-second rate with the
+/// condition's labels) reaches the minimum per minute.
+fn guarded(condition: String, events: &str, t: &AlertThresholds) -> String {
+    format!(
+        "{condition} and {events} * 60 >= {}",
+        t.min_events_per_minute
+    )
+}
+
 /// Every alert of the README, in its order.
 pub static DEFINITIONS: &[AlertDefinition] = &[
     AlertDefinition {
@@ -312,12 +393,24 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             {threshold}). When it slows down, the retries become a storm.",
         threshold: |t| t.amplification,
         expr: |t| {
-            format!(
-                "stormglass:layer_amplification:ratio_rate5m > {}",
-                t.amplification
+            guarded(
+                format!(
+                    "stormglass:layer_amplification:ratio_rate5m > {}",
+                    t.amplification
+                ),
+                "sum by (service) (rate(stormglass_layer_baseline_attempts_total[5m]))",
+                t,
             )
         },
-        condition: |r, t| layers_where(r, |l| l.amplification, |v| v > t.amplification),
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| l.amplification,
+                |l| l.baseline_attempts as f64,
+                |v| v > t.amplification,
+            )
+        },
     },
     AlertDefinition {
         name: "StormglassRetryStormPotential",
@@ -357,12 +450,24 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             The raw success rate hides how often the first try fails.",
         threshold: |t| t.retry_contribution,
         expr: |t| {
-            format!(
-                "stormglass:edge_retry_contribution:ratio_rate5m > {}",
-                t.retry_contribution
+            guarded(
+                format!(
+                    "stormglass:edge_retry_contribution:ratio_rate5m > {}",
+                    t.retry_contribution
+                ),
+                "stormglass:edge_final_ok_calls:rate5m",
+                t,
             )
         },
-        condition: |r, t| edges_where(r, |e| e.retry_contribution, |v| v > t.retry_contribution),
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retry_contribution,
+                |e| e.raw_success_rate.unwrap_or(0.0) * e.logical_calls as f64,
+                |v| v > t.retry_contribution,
+            )
+        },
     },
     AlertDefinition {
         name: "StormglassRetryBudgetExceeded",
@@ -373,8 +478,22 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             ({operation}), over the retry budget of {threshold}. Retries beyond a budget add \
             load when the callee can least take it.",
         threshold: |t| t.retry_ratio,
-        expr: |t| format!("stormglass:edge_retry:ratio_rate5m > {}", t.retry_ratio),
-        condition: |r, t| edges_where(r, |e| e.retry_ratio, |v| v > t.retry_ratio),
+        expr: |t| {
+            guarded(
+                format!("stormglass:edge_retry:ratio_rate5m > {}", t.retry_ratio),
+                "stormglass:edge_first_attempts:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retry_ratio,
+                |e| e.attempts.saturating_sub(e.retry_attempts) as f64,
+                |v| v > t.retry_ratio,
+            )
+        },
     },
     AlertDefinition {
         name: "StormglassRetriesFailing",
@@ -386,12 +505,24 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             availability.",
         threshold: |t| t.retry_success_rate,
         expr: |t| {
-            format!(
-                "stormglass:edge_retry_success:ratio_rate5m < {}",
-                t.retry_success_rate
+            guarded(
+                format!(
+                    "stormglass:edge_retry_success:ratio_rate5m < {}",
+                    t.retry_success_rate
+                ),
+                "stormglass:edge_retry_attempts:rate5m",
+                t,
             )
         },
-        condition: |r, t| edges_where(r, |e| e.retry_success_rate, |v| v < t.retry_success_rate),
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retry_success_rate,
+                |e| e.retry_attempts as f64,
+                |v| v < t.retry_success_rate,
+            )
+        },
     },
     AlertDefinition {
         name: "StormglassRetryConcentration",
@@ -437,8 +568,56 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "The P99.9 latency of {service} is {value} times its P99 (threshold \
             {threshold}): the tail is deteriorating, and timeouts set at P99 cut it off.",
         threshold: |t| t.tail_ratio,
-        expr: |t| format!("stormglass:layer_tail:ratio_rate5m > {}", t.tail_ratio),
-        condition: |r, t| layers_where(r, |l| l.tail_ratio, |v| v > t.tail_ratio),
+        expr: |t| {
+            guarded(
+                format!("stormglass:layer_tail:ratio_rate5m > {}", t.tail_ratio),
+                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| l.tail_ratio,
+                |l| l.requests as f64,
+                |v| v > t.tail_ratio,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassLatencyDrift",
+        severity: "warning",
+        hold: Duration::from_secs(30 * 60),
+        summary: "{service}: P99.9 is {value}x its baseline",
+        description: "The P99.9 latency of {service} is {value} times its baseline (the \
+            load-test report in alerts.baseline, else the same time a week earlier), more \
+            than {threshold} away: the timeouts and deadline budgets derived from the \
+            baseline no longer fit. Recompute them from the current P99.9.",
+        threshold: |t| t.latency_drift,
+        expr: |t| {
+            let ratio = "stormglass:layer_latency_p999:seconds_rate5m / \
+                (max by (service) (stormglass_layer_latency_p999_baseline_seconds) \
+                or stormglass:layer_latency_p999:seconds_rate5m offset 1w)";
+            guarded(
+                format!(
+                    "({ratio} > {} or {ratio} < {})",
+                    1.0 + t.latency_drift,
+                    1.0 - t.latency_drift
+                ),
+                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| Some(l.p999_ms? / t.baseline_p999_ms.get(&l.service)?),
+                |l| l.requests as f64,
+                |v| (v - 1.0).abs() > t.latency_drift,
+            )
+        },
     },
     AlertDefinition {
         name: "StormglassTimeoutBelowTail",
@@ -449,15 +628,19 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             {callee}'s P99.9 latency: slow but healthy requests are cut off and retried. Set it \
             to P99.9 x 1.5 (stormglass_recommended_timeout_seconds).",
         threshold: |_| 0.0,
-        expr: |_| {
-            "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
-             stormglass:callee_latency_p999:seconds_rate5m"
-                .to_owned()
+        expr: |t| {
+            guarded(
+                "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
+                 stormglass:callee_latency_p999:seconds_rate5m"
+                    .to_owned(),
+                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                t,
+            )
         },
-        condition: |r, _| {
+        condition: |r, t| {
             r.edges
                 .iter()
-                .filter(|e| e.timeout_below_tail == Some(true))
+                .filter(|e| e.timeout_below_tail == Some(true) && busy(r, e.attempts as f64, t))
                 .map(|e| (edge_labels(e), e.timeout_ms.unwrap_or(0.0) / 1e3))
                 .collect()
         },
@@ -567,6 +750,7 @@ pub fn evaluate(report: &Report, t: &AlertThresholds) -> Vec<Alert> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::LayerFigures;
 
     /// Values print with three significant digits, whole above 100.
     #[test]
@@ -600,12 +784,106 @@ mod tests {
         }
     }
 
+    fn layer(service: &str, requests: u64, p99_ms: f64, p999_ms: f64) -> LayerFigures {
+        LayerFigures {
+            service: service.to_owned(),
+            requests,
+            baseline_attempts: requests,
+            amplification: Some(1.0),
+            p99_ms: Some(p99_ms),
+            p999_ms: Some(p999_ms),
+            tail_ratio: Some(p999_ms / p99_ms),
+        }
+    }
+
+    fn names_and_services(report: &Report, t: &AlertThresholds) -> Vec<(String, String)> {
+        evaluate(report, t)
+            .into_iter()
+            .map(|a| (a.name, a.labels["service"].clone()))
+            .collect()
+    }
+
+    /// A ratio alert needs `min_events_per_minute` of its denominator: three slow requests
+    /// a minute do not make a tail, three thousand do.
+    #[test]
+    fn ratio_alerts_need_minimum_traffic() {
+        let mut report = Report::default();
+        report.window.seconds = Some(60.0);
+        report.layers = vec![
+            layer("quiet", 3, 100.0, 300.0),
+            layer("busy", 3000, 100.0, 300.0),
+        ];
+        let t = AlertThresholds::default();
+        assert_eq!(
+            names_and_services(&report, &t),
+            [("StormglassTailRatioHigh".to_owned(), "busy".to_owned())]
+        );
+        let t = AlertThresholds {
+            min_events_per_minute: 1.0,
+            ..t
+        };
+        assert_eq!(names_and_services(&report, &t).len(), 2);
+    }
+
+    /// Drift compares each layer's P99.9 with the baseline report's, both ways, beyond
+    /// `latency_drift`; layers without a baseline are not judged.
+    #[test]
+    fn latency_drift_against_the_baseline() {
+        let mut report = Report::default();
+        report.window.seconds = Some(60.0);
+        report.layers = vec![
+            layer("slower", 1000, 100.0, 150.0),
+            layer("faster", 1000, 100.0, 150.0),
+            layer("same", 1000, 100.0, 150.0),
+            layer("new", 1000, 100.0, 150.0),
+        ];
+        let t = AlertThresholds {
+            baseline_p999_ms: [("slower", 100.0), ("faster", 200.0), ("same", 130.0)]
+                .map(|(s, ms)| (s.to_owned(), ms))
+                .into(),
+            ..AlertThresholds::default()
+        };
+        let drift: Vec<(String, f64)> = evaluate(&report, &t)
+            .into_iter()
+            .filter(|a| a.name == "StormglassLatencyDrift")
+            .map(|a| (a.labels["service"].clone(), a.value))
+            .collect();
+        assert_eq!(
+            drift,
+            [("slower".to_owned(), 1.5), ("faster".to_owned(), 0.75)]
+        );
+    }
+
+    /// The baseline is read from a JSON report's layers.
+    #[test]
+    fn baseline_reads_a_report() {
+        let dir = std::env::temp_dir().join(format!("sg-baseline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("baseline.json");
+        std::fs::write(
+            &path,
+            r#"{"layers": [{"service": "db", "p999_ms": 120.5}, {"service": "idle", "p999_ms": null}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            read_baseline(&path).unwrap(),
+            [("db".to_owned(), 120.5)].into()
+        );
+        std::fs::write(&path, "{}").unwrap();
+        assert!(
+            read_baseline(&path)
+                .unwrap_err()
+                .contains("not a stormglass JSON report")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Names are unique and follow the README's table.
     #[test]
-    fn eleven_unique_alerts() {
+    fn twelve_unique_alerts() {
         let mut names: Vec<_> = DEFINITIONS.iter().map(|d| d.name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), 12);
     }
 }

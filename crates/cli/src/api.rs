@@ -3,8 +3,9 @@
 //! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
 //! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
 //! JSON of the README), `/api/v1/alerts` (the built-in evaluator's pending and firing
-//! alerts). With `auth.api_token` set, every route but `/healthz` and `/readyz` (probes
-//! carry no token) requires `authorization: Bearer <token>` and answers 401 without it; with
+//! alerts), `/runbooks` (the runbook of every alert, where their `runbook_url` points). With
+//! `auth.api_token` set, every route but `/healthz`, `/readyz` (probes carry no token) and
+//! `/runbooks` (opened from alert notifications) requires `authorization: Bearer <token>` and answers 401 without it; with
 //! `tls.*` set, the API is served over TLS like the receivers.
 
 use std::net::SocketAddr;
@@ -67,6 +68,7 @@ pub fn router(
     protected
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
+        .route("/runbooks", get(runbooks))
         .with_state(ApiState {
             registry,
             assembly,
@@ -74,6 +76,29 @@ pub fn router(
             evaluator,
             health,
         })
+}
+
+/// The URL others reach the API at, for links in alerts: the bound address, or this
+/// machine's host name when bound to every interface (`0.0.0.0`, `[::]`).
+pub fn advertised_url(scheme: &str, addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned());
+        format!("{scheme}://{host}:{}", addr.port())
+    } else {
+        format!("{scheme}://{addr}")
+    }
+}
+
+async fn runbooks() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        crate::runbooks::PAGE.as_str(),
+    )
+        .into_response()
 }
 
 async fn healthz(State(state): State<ApiState>) -> Response {

@@ -64,6 +64,15 @@ impl Config {
         )
     }
 
+    /// `https` when the API is served over TLS, else `http`.
+    pub fn api_scheme(&self) -> &'static str {
+        if self.tls.cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The thresholds the analysis SQL reads.
     pub fn params(&self) -> Params {
         Params {
@@ -316,7 +325,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         ));
         return Config::default();
     };
-    let config = Config {
+    let mut config = Config {
         listen: section(&mut sections, "listen", errors),
         limits: section(&mut sections, "limits", errors),
         assembly: section(&mut sections, "assembly", errors),
@@ -340,6 +349,12 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         ));
     }
     errors.extend(config.notify.validate("alerts"));
+    if let Some(path) = &config.alerts.baseline {
+        match stormglass_analytics::alerts::read_baseline(path) {
+            Ok(p999) => config.alerts.baseline_p999_ms = p999,
+            Err(e) => errors.push(("alerts.baseline".to_owned(), e)),
+        }
+    }
     if config.limits.max_series_per_metric == 0 {
         errors.push((
             "limits.max_series_per_metric".to_owned(),

@@ -7,6 +7,7 @@ mod config_tree;
 mod demo;
 mod load;
 mod offline;
+mod runbooks;
 mod serve;
 mod table;
 
@@ -301,9 +302,13 @@ fn load(args: LoadArgs) -> anyhow::Result<()> {
 
 fn rules(config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = config::load(config.as_deref(), std::env::vars(), &Vec::new())?;
+    let runbook_base = match config.notify.runbook_base.as_str() {
+        "" => stormglass_export::rules::default_runbook_base(config.api_scheme()),
+        base => base.to_owned(),
+    };
     print!(
         "{}",
-        stormglass_export::rules::render(&config.alerts, &config.notify.runbook_base)
+        stormglass_export::rules::render(&config.alerts, &runbook_base)
     );
     Ok(())
 }

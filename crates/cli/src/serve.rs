@@ -155,7 +155,7 @@ impl Collector {
             api_shutdown,
         )
         .await?;
-        evaluator.set_generator_url(format!("http://{api_addr}/api/v1/alerts"));
+        evaluator.set_api_url(&api::advertised_url(config.api_scheme(), api_addr));
         let assembly_thread = {
             let assembly = assembly.clone();
             std::thread::Builder::new()

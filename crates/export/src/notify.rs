@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use serde::{Deserialize, Serialize};
 use stormglass_analytics::alerts::{AlertDefinition, definition};
 use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report, duration};
@@ -28,7 +28,7 @@ use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report, 
 use stormglass_ingest::Secret;
 
 use crate::post::Poster;
-use crate::rules::{DEFAULT_RUNBOOK_BASE, runbook_url};
+use crate::rules::runbook_url;
 
 /// The wait before the first retry of a failed notification; doubled for each next one.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -59,7 +59,7 @@ pub struct NotifyConfig {
     pub send_timeout: Duration,
     /// Labels added to every alert stormglass sends (like Prometheus' external_labels).
     pub labels: BTreeMap<String, String>,
-    /// Base of the runbook links (the README that holds the runbooks).
+    /// Base of the runbook links; empty: this instance's own `/runbooks` page.
     pub runbook_base: String,
     /// PEM CA certificates trusted for `https://` receivers, beside the system's roots.
     pub ca_file: Option<std::path::PathBuf>,
@@ -79,7 +79,7 @@ impl Default for NotifyConfig {
             resend_interval: Duration::from_secs(60),
             send_timeout: Duration::from_secs(10),
             labels: BTreeMap::new(),
-            runbook_base: DEFAULT_RUNBOOK_BASE.to_owned(),
+            runbook_base: String::new(),
             ca_file: None,
             bearer_token: None,
             basic_auth: None,
@@ -241,6 +241,8 @@ pub struct AlertEvaluator {
     /// How long a firing alert stays valid in Alertmanager without being re-sent.
     lifetime: Duration,
     generator_url: Mutex<String>,
+    /// Where runbook links point: `alerts.runbook_base`, else the API's `/runbooks`.
+    runbook_base: Mutex<String>,
     poster: Poster,
     active: Mutex<BTreeMap<AlertKey, Active>>,
     metrics: NotifyMetrics,
@@ -275,12 +277,27 @@ impl AlertEvaluator {
         for state in ["pending", "firing"] {
             alerts.with_label_values(&[state]).set(0);
         }
+        // The drift baseline, so Prometheus' StormglassLatencyDrift compares with the same
+        // values as this evaluator.
+        let baseline = GaugeVec::new(
+            Opts::new(
+                "stormglass_layer_latency_p999_baseline_seconds",
+                "The P99.9 layer latency of the alerts.baseline report, what StormglassLatencyDrift compares with.",
+            ),
+            &["service"],
+        )?;
+        registry.register(Box::new(baseline.clone()))?;
+        for (service, ms) in &thresholds.baseline_p999_ms {
+            baseline.with_label_values(&[service]).set(ms / 1e3);
+        }
         let poster = Poster::new(&config)?;
+        let runbook_base = config.runbook_base.clone();
         Ok(Arc::new(AlertEvaluator {
             lifetime: 4 * config.resend_interval.max(interval),
             config,
             thresholds,
             generator_url: Mutex::new(String::new()),
+            runbook_base: Mutex::new(runbook_base),
             poster,
             active: Mutex::new(BTreeMap::new()),
             metrics: NotifyMetrics {
@@ -292,8 +309,20 @@ impl AlertEvaluator {
     }
 
     /// The URL alerts link back to (the API's alert list), known once the API is bound.
-    pub fn set_generator_url(&self, url: String) {
-        *self.generator_url.lock().unwrap_or_else(|p| p.into_inner()) = url;
+    /// The API's base URL (`http://host:port`), known once it is bound: alerts link back to
+    /// its alert list, and to its `/runbooks` unless `alerts.runbook_base` says otherwise.
+    pub fn set_api_url(&self, base: &str) {
+        *self.generator_url.lock().unwrap_or_else(|p| p.into_inner()) =
+            format!("{base}/api/v1/alerts");
+        if self.config.runbook_base.is_empty() {
+            *self.runbook_base.lock().unwrap_or_else(|p| p.into_inner()) =
+                format!("{base}/runbooks");
+        }
+    }
+
+    fn runbook_url(&self, d: &AlertDefinition) -> String {
+        let base = self.runbook_base.lock().unwrap_or_else(|p| p.into_inner());
+        runbook_url(&base, &d.runbook_anchor())
     }
 
     /// Pending and firing alerts, firing first.
@@ -320,7 +349,7 @@ impl AlertEvaluator {
             firing_since: a.firing_since.map(rfc3339),
             summary: d.render(d.summary, &a.labels, a.value, &self.thresholds),
             description: d.render(d.description, &a.labels, a.value, &self.thresholds),
-            runbook_url: runbook_url(&self.config.runbook_base, &d.runbook_anchor()),
+            runbook_url: self.runbook_url(d),
         }
     }
 
@@ -398,10 +427,7 @@ impl AlertEvaluator {
                 "description",
                 d.render(d.description, &a.labels, a.value, &self.thresholds),
             ),
-            (
-                "runbook_url",
-                runbook_url(&self.config.runbook_base, &d.runbook_anchor()),
-            ),
+            ("runbook_url", self.runbook_url(d)),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

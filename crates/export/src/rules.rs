@@ -8,9 +8,16 @@ use serde::Serialize;
 use stormglass_analytics::AlertThresholds;
 use stormglass_analytics::alerts::{DEFINITIONS, recording_rules};
 
-/// Where the runbooks are: the README's "Runbooks" section on the project's home.
-pub const DEFAULT_RUNBOOK_BASE: &str =
-    "https://github.com/stormglass/stormglass/blob/main/README.md";
+/// Where the runbooks are when `alerts.runbook_base` is not set: the `/runbooks` page of a
+/// stormglass instance of the alert's own job and cluster, found by Prometheus when it
+/// renders the annotation (every instance serves the same page). `scheme` is `https` when
+/// the API is served over TLS.
+pub fn default_runbook_base(scheme: &str) -> String {
+    format!(
+        "{scheme}://{{{{ with printf \"up{{job=%q,cluster=%q}} == 1\" $labels.job $labels.cluster | query }}}}\
+         {{{{ . | first | label \"instance\" }}}}{{{{ end }}}}/runbooks"
+    )
+}
 
 #[derive(Serialize)]
 struct File {

@@ -122,7 +122,7 @@ async fn for_resend_and_resolve() {
         ..NotifyConfig::default()
     };
     let evaluator = evaluator(config);
-    evaluator.set_generator_url("http://127.0.0.1:9464/api/v1/alerts".into());
+    evaluator.set_api_url("http://127.0.0.1:9464");
     let t0 = SystemTime::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
     let storm = report_with(vec![amplification(27.0)]);
@@ -154,10 +154,8 @@ async fn for_resend_and_resolve() {
         "db receives 27x the attempts it would without retries"
     );
     assert!(
-        alert["annotations"]["runbook_url"]
-            .as_str()
-            .unwrap()
-            .ends_with("README.md#stormglassretryamplificationhigh")
+        alert["annotations"]["runbook_url"].as_str().unwrap()
+            == "http://127.0.0.1:9464/runbooks#stormglassretryamplificationhigh"
     );
     assert_eq!(alert["generatorURL"], "http://127.0.0.1:9464/api/v1/alerts");
     let ends: SystemTime = humantime::parse_rfc3339(alert["endsAt"].as_str().unwrap()).unwrap();
