@@ -36,8 +36,11 @@
 --   anchor_deadline_ms, anchor_start_ns, upstream_attempt_span_id, root_span_id,
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
 --   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
---   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight
+--   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
+--   has_cause
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
+-- numbered, has_cause: the span carries an attempt number / a cause attribute of its own
+-- (instrumentation coverage; `attempt` defaults to 0 and `cause` to the previous outcome).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
 -- fit in (null otherwise).
 WITH tries AS (
@@ -58,7 +61,8 @@ WITH tries AS (
     s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
     s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
     s.call_server_service, s.call_attempt AS outer_attempt,
-    s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight
+    s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
+    s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause
   FROM lineage s
   -- a call span is not an attempt; its numbered children are
   WHERE s.is_attempt
@@ -90,5 +94,6 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.server_span_id, o.server_service, o.server_end_ns, o.server_outcome, o.server_pending,
   o.server_ctx_cancelled, o.server_deadline_ms,
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
-  o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight
+  o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
+  o.numbered, o.has_cause
 FROM resolved o

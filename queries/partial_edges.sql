@@ -6,11 +6,17 @@
 -- budgeted_attempts and deadline_ms_total: the attempts that carry a budget (deadline_ms)
 -- and the sum of their budgets, so a Prometheus user gets the mean timeout of an edge from
 -- counters summed over instances (the configured timeout, exactly, when the edge has one).
+-- Instrumentation coverage (what the spans say themselves; see coverage): numbered_attempts
+-- (an attempt number of their own), caused_retries (retries with a cause attribute),
+-- write_attempts (writes, or attempts that say whether they are idempotent),
+-- declared_writes (those with an idempotent flag or an idempotency key), served_attempts
+-- (attempts whose callee sent a SERVER span).
 --
 -- Inputs: attempts, logical_calls, orphans, findings, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   attempts, ok_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
---   max_outer_attempt, budgeted_attempts, deadline_ms_total,
+--   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
+--   caused_retries, write_attempts, declared_writes, served_attempts,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
@@ -34,6 +40,14 @@ at AS (
     SUM(CASE WHEN a.deadline_ms IS NOT NULL THEN a.weight ELSE 0.0 END) AS budgeted_attempts,
     SUM(CASE WHEN a.deadline_ms IS NOT NULL THEN a.deadline_ms * a.weight ELSE 0.0 END)
       AS deadline_ms_total,
+    SUM(CASE WHEN a.numbered THEN a.weight ELSE 0.0 END) AS numbered_attempts,
+    SUM(CASE WHEN a.attempt >= 1 AND a.has_cause THEN a.weight ELSE 0.0 END) AS caused_retries,
+    SUM(CASE WHEN a.is_write OR a.idempotent IS NOT NULL THEN a.weight ELSE 0.0 END)
+      AS write_attempts,
+    SUM(CASE WHEN (a.is_write OR a.idempotent IS NOT NULL)
+      AND (a.idempotent IS NOT NULL OR a.has_idempotency_key) THEN a.weight ELSE 0.0 END)
+      AS declared_writes,
+    SUM(CASE WHEN a.server_span_id IS NOT NULL THEN a.weight ELSE 0.0 END) AS served_attempts,
     SUM(CASE WHEN a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key THEN a.weight ELSE 0.0 END)
       AS unsafe_retries,
     SUM(CASE WHEN a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent THEN a.weight ELSE 0.0 END)
@@ -58,6 +72,8 @@ SELECT at.caller, at.callee, at.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   at.attempts, at.ok_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
+  at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,
+  at.served_attempts,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,

@@ -108,8 +108,9 @@ fn readme_shows_the_tested_snippets() {
 /// span: what the snippets must turn into figures.
 const CALLS: usize = 20;
 
-/// The report's `checkout -> orders` edge once all `CALLS` calls are analysed.
-fn orders_edge(server: &Server) -> Value {
+/// The report's `checkout -> orders` edge and its coverage once all `CALLS` calls are
+/// analysed.
+fn orders_edge(server: &Server) -> (Value, Value) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = get(&format!("http://{}/api/v1/report", server.api));
@@ -118,7 +119,14 @@ fn orders_edge(server: &Server) -> Value {
             e["caller"] == "checkout" && e["callee"] == "orders" && e["operation"] == "POST /orders"
         });
         if let Some(edge) = edge.filter(|e| e["logical_calls"] == CALLS as u64) {
-            return edge.clone();
+            let coverage = report["coverage"]["edges"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["caller"] == "checkout" && c["callee"] == "orders")
+                .cloned()
+                .unwrap_or_default();
+            return (edge.clone(), coverage);
         }
         assert!(Instant::now() < deadline, "no complete edge in {report:#}");
         std::thread::sleep(Duration::from_millis(200));
@@ -126,8 +134,10 @@ fn orders_edge(server: &Server) -> Value {
 }
 
 /// What both snippets guarantee: every retry counted with its cause and budget, the retried
-/// POST safe thanks to its key, and first-try success told apart from final success.
-fn assert_figures(edge: &Value) {
+/// POST safe thanks to its key, and first-try success told apart from final success; the
+/// coverage says every attempt carries what the figures need (the callee, not instrumented
+/// here, sends no SERVER spans), in the report and as gauges.
+fn assert_figures(server: &Server, (edge, coverage): &(Value, Value)) {
     let n = CALLS as u64;
     assert_eq!(edge["attempts"], 3 * n, "{edge:#}");
     assert_eq!(edge["retry_attempts"], 2 * n, "{edge:#}");
@@ -137,6 +147,20 @@ fn assert_figures(edge: &Value) {
     assert_eq!(edge["raw_success_rate"], 1.0, "{edge:#}");
     assert_eq!(edge["retry_contribution"], 1.0, "{edge:#}");
     assert_eq!(edge["unsafe_retries"], 0, "{edge:#}");
+    for (field, share) in [
+        ("attempt_number", 1.0),
+        ("cause", 1.0),
+        ("deadline", 1.0),
+        ("idempotency", 1.0),
+        ("server_spans", 0.0),
+    ] {
+        assert_eq!(coverage[field], share, "{field}: {coverage:#}");
+        let label = format!("field=\"{field}\"");
+        server.wait_until(&format!("the {field} gauge at {share}"), |s| {
+            let labels = ["caller=\"checkout\"", "callee=\"orders\"", &label];
+            s.metric("stormglass_instrumentation_coverage_ratio", &labels) == share
+        });
+    }
 }
 
 fn fast_server() -> Server {
@@ -176,7 +200,7 @@ provider.shutdown()
 "#
     );
     common::python(&script, &[&format!("http://{}/v1/traces", server.http)]);
-    assert_figures(&orders_edge(&server));
+    assert_figures(&server, &orders_edge(&server));
 }
 
 /// The README's Rust snippet, run by the Rust SDK (OTLP/gRPC), gives the figures.
@@ -218,6 +242,6 @@ fn rust_snippet_gives_the_figures() {
         cx.span().end();
     }
     provider.force_flush().unwrap();
-    assert_figures(&orders_edge(&server));
+    assert_figures(&server, &orders_edge(&server));
     let _ = provider.shutdown();
 }

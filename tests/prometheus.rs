@@ -153,6 +153,36 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
     }
 }
 
+/// Every shipped dashboard is valid against Grafana's published dashboard schema (the
+/// `Dashboard` type of npm's @grafana/schema, as a JSON Schema): no misspelt or misplaced
+/// field, no wrong type. Needs tests/js's packages (tests/run.sh installs them).
+#[test]
+fn dashboards_follow_grafanas_schema() {
+    let js = repo_root().join("tests/js");
+    assert!(
+        js.join("node_modules/@grafana/schema").is_dir(),
+        "run `npm ci` in tests/js (tests/run.sh does) for the dashboard schema test"
+    );
+    let dashboards: Vec<String> = std::fs::read_dir(repo_root().join("dashboards/grafana"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(dashboards.len(), 4, "{dashboards:?}");
+    let output = Command::new("node")
+        .arg(js.join("grafana_schema.mjs"))
+        .args(&dashboards)
+        .output()
+        .expect("node runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && text.matches(": valid").count() == dashboards.len(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The shipped Grafana dashboards: stable unique uids, a `datasource` variable every panel
 /// and query uses, the service/caller/callee variables they filter on, and a provisioning
 /// file pointing Grafana at them.

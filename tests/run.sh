@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole stormglass test suite on a fresh machine: installs what the tests need when
 # it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager; Node.js for
-# the JS exporter test; DuckDB from PyPI for the archive test), checks
+# the JS exporter and dashboard schema tests; DuckDB and the OpenTelemetry SDK from PyPI),
+# checks
 # formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
 # build), runs every test with cargo-nextest, then each fuzz target for FUZZ_SECONDS (60).
 # Usage: bash tests/run.sh [extra nextest args]
@@ -28,8 +29,9 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
     prometheus prometheus-alertmanager
 fi
 
-# The coarse-clock test sends spans with the OpenTelemetry JS SDK's own OTLP exporters
-# (tests/js, versions pinned by its package-lock.json): Node.js from Debian if missing.
+# The coarse-clock test sends spans with the OpenTelemetry JS SDK's own OTLP exporters, and the
+# dashboard test validates the dashboards against Grafana's schema (@grafana/schema) (tests/js,
+# versions pinned by its package-lock.json): Node.js from Debian if missing.
 if ! command -v npm >/dev/null; then
   echo "tests/run.sh: installing nodejs and npm" >&2
   sudo=""
@@ -37,8 +39,10 @@ if ! command -v npm >/dev/null; then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends nodejs npm
 fi
-if [ ! -d tests/js/node_modules ]; then
-  (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
+# (Re)installed whenever package-lock.json changed since the last install.
+if ! cmp -s tests/js/package-lock.json tests/js/node_modules/.installed-lock.json; then
+  (cd tests/js && npm ci --no-audit --no-fund --loglevel=error &&
+    cp package-lock.json node_modules/.installed-lock.json)
 fi
 
 # From PyPI, as users would run them: DuckDB (the archive test reads stormglass's Parquet

@@ -54,7 +54,7 @@ pub struct AlertThresholds {
     /// `StormglassLatencyDrift`: how far (a share) a layer's P99.9 may move from its
     /// baseline before timeouts and budgets need recomputing.
     pub latency_drift: f64,
-    /// A JSON report (`stormglass analyze --json` of a load test) whose layers' P99.9 are
+    /// A JSON report (`stormglass analyze --format json` of a load test) whose layers' P99.9 are
     /// the baseline of `StormglassLatencyDrift`; without it, Prometheus compares with the
     /// same time a week earlier and the built-in evaluator does not check drift.
     pub baseline: Option<std::path::PathBuf>,
@@ -77,7 +77,7 @@ pub fn read_baseline(path: &std::path::Path) -> Result<BTreeMap<String, f64>, St
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let report: Baseline = serde_json::from_str(&text).map_err(|e| {
         format!(
-            "{}: not a stormglass JSON report (analyze --json): {e}",
+            "{}: not a stormglass JSON report (analyze --format json): {e}",
             path.display()
         )
     })?;

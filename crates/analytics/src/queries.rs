@@ -62,6 +62,7 @@ pub const REPORT: &[Query] = &[
     query!("entry_operations"),
     query!("trace_counts"),
     query!("finding_counts"),
+    query!("coverage"),
 ];
 
 /// `partial_latency` rows for late SERVER spans (see the file's header).

@@ -136,6 +136,54 @@ pub struct Finding {
     pub example_trace_id: Option<String>,
 }
 
+/// Instrumentation coverage of one edge or one calling service (`coverage.sql`): the share
+/// of attempts carrying what each figure needs; null where the denominator is empty.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CoverageShares {
+    pub attempts: u64,
+    pub attempt_number: Option<f64>,
+    pub cause: Option<f64>,
+    pub deadline: Option<f64>,
+    pub idempotency: Option<f64>,
+    pub server_spans: Option<f64>,
+}
+
+impl CoverageShares {
+    /// The shares by name, as the gauges and tables label them.
+    pub fn named(&self) -> [(&'static str, Option<f64>); 5] {
+        [
+            ("attempt_number", self.attempt_number),
+            ("cause", self.cause),
+            ("deadline", self.deadline),
+            ("idempotency", self.idempotency),
+            ("server_spans", self.server_spans),
+        ]
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceCoverage {
+    pub service: String,
+    #[serde(flatten)]
+    pub shares: CoverageShares,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EdgeCoverage {
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    #[serde(flatten)]
+    pub shares: CoverageShares,
+}
+
+/// `coverage` of the report: per calling service, and per edge.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    pub services: Vec<ServiceCoverage>,
+    pub edges: Vec<EdgeCoverage>,
+}
+
 /// The whole report; its JSON form is the contract of the README.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -146,6 +194,9 @@ pub struct Report {
     pub traces: Traces,
     pub orphans: Vec<Orphan>,
     pub findings: Vec<Finding>,
+    /// Instrumentation coverage (absent from reports written before it existed).
+    #[serde(default)]
+    pub coverage: Coverage,
     pub alerts: Vec<Alert>,
 }
 
@@ -210,6 +261,30 @@ impl Report {
             .collect();
         orphans.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
         let findings: Vec<Finding> = rows(&table(&ctx, "finding_counts").await?);
+        #[derive(Deserialize)]
+        struct CoverageRow {
+            level: String,
+            service: String,
+            callee: Option<String>,
+            operation: Option<String>,
+            #[serde(flatten)]
+            shares: CoverageShares,
+        }
+        let mut coverage = Coverage::default();
+        for row in rows::<CoverageRow>(&table(&ctx, "coverage").await?) {
+            match (row.level.as_str(), row.callee, row.operation) {
+                ("edge", Some(callee), Some(operation)) => coverage.edges.push(EdgeCoverage {
+                    caller: row.service,
+                    callee,
+                    operation,
+                    shares: row.shares,
+                }),
+                _ => coverage.services.push(ServiceCoverage {
+                    service: row.service,
+                    shares: row.shares,
+                }),
+            }
+        }
 
         let spans: usize = window.iter().map(|p| p.spans).sum();
         let traces_analysed: usize = window.iter().map(|p| p.traces).sum();
@@ -238,6 +313,7 @@ impl Report {
             traces,
             orphans,
             findings,
+            coverage,
             alerts: Vec::new(),
         };
         Ok(report)

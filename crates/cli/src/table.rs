@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use stormglass_analytics::report::Report;
+use stormglass_analytics::report::{CoverageShares, Report};
 
 fn percent(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
@@ -136,6 +136,40 @@ pub fn report(r: &Report) -> String {
         .collect();
     out += &grid(
         &["service", "operation", "requests", "storm potential"],
+        &rows,
+    );
+
+    let _ = writeln!(
+        out,
+        "\nInstrumentation coverage (share of attempts whose spans carry it; see README: Instrumenting your services)"
+    );
+    let coverage_row = |name: String, shares: &CoverageShares| {
+        let mut row = vec![name, shares.attempts.to_string()];
+        row.extend(shares.named().iter().map(|(_, share)| percent(*share)));
+        row
+    };
+    let mut rows: Vec<Vec<String>> = r
+        .coverage
+        .services
+        .iter()
+        .map(|c| coverage_row(format!("{} (all calls)", c.service), &c.shares))
+        .collect();
+    rows.extend(r.coverage.edges.iter().map(|c| {
+        coverage_row(
+            format!("{} -> {} {}", c.caller, c.callee, c.operation),
+            &c.shares,
+        )
+    }));
+    out += &grid(
+        &[
+            "caller",
+            "attempts",
+            "attempt number",
+            "cause",
+            "deadline",
+            "idempotency",
+            "server spans",
+        ],
         &rows,
     );
 

@@ -167,7 +167,7 @@ const LAYER_DURATION: Spec = spec(
     SERVICE,
 );
 
-const GAUGES: [Spec; 14] = [
+const GAUGES: [Spec; 15] = [
     spec(
         "stormglass_effective_success_ratio",
         "Window: logical calls whose first attempt succeeded / logical calls.",
@@ -237,6 +237,11 @@ const GAUGES: [Spec; 14] = [
         "stormglass_clock_skew_seconds",
         "Window: how far the callee's clock reads ahead of the caller's, estimated from their answered calls (corrected before orphan and deadline checks).",
         &["caller", "callee"],
+    ),
+    spec(
+        "stormglass_instrumentation_coverage_ratio",
+        "Window: share of the edge's attempts whose spans carry what a figure needs, by field (attempt_number, cause, deadline, idempotency, server_spans).",
+        &["caller", "callee", "operation", "field"],
     ),
 ];
 
@@ -546,6 +551,17 @@ impl FigureMetrics {
             set(7, service.clone(), seconds(l.p99_ms));
             set(8, service.clone(), seconds(l.p999_ms));
             set(9, service, l.tail_ratio);
+        }
+        for c in &report.coverage.edges {
+            for (field, share) in c.shares.named() {
+                let labels = vec![
+                    c.caller.clone(),
+                    c.callee.clone(),
+                    c.operation.clone(),
+                    field.to_owned(),
+                ];
+                set(14, labels, share);
+            }
         }
         for e in &report.entries {
             set(
