@@ -15,6 +15,12 @@ use stormglass_demo::{Chain, Counts, Scenario};
 /// Run `scenario` at `rate` requests/s for `seconds`, then wait until every request's trace
 /// is in the report; returns the chain's own counts and the report.
 fn run(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report) {
+    let (counts, report, _server) = run_on_server(scenario, rate, seconds);
+    (counts, report)
+}
+
+/// [`run`], keeping the server running for the caller.
+fn run_on_server(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report, Server) {
     // Idle 3 s: a trace's spans come from four services' exporters, and gc-pause's paused
     // server spans end 1.4 s after the rest of their trace.
     let server = Server::start(&[
@@ -45,7 +51,7 @@ fn run(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report) {
             );
             let late = server.metric("stormglass_assembly_late_spans_total", &[]);
             assert_eq!(late, 0.0, "spans arrived after their trace was analysed");
-            return (counts, report);
+            return (counts, report, server);
         }
         assert!(
             Instant::now() < deadline,
@@ -241,4 +247,88 @@ fn orphans_pair_every_abandoned_attempt() {
     assert_eq!(e.orphan_pairs, 2 * counts.requests, "{e:?}");
     assert!(e.orphan_work_seconds > 0.1 * e.orphan_pairs as f64, "{e:?}");
     assert!(report.orphans.iter().all(|o| o.server_outcome == "ok"));
+}
+
+/// The built-in page (`GET /`) in a real headless Chromium, over the budget scenario: it
+/// loads with no console error, failed request or script error, draws every service of the
+/// report as a node and every edge, each coloured by its remaining budget against its
+/// timeout as the legend says (the squeezed hop red), and lists the alerts. The screenshot is
+/// kept in the target directory's test artifacts. Needs Debian's chromium and tests/js's
+/// packages (tests/run.sh installs both).
+#[test]
+fn builtin_page_draws_the_budget_topology() {
+    let js = common::repo_root().join("tests/js");
+    assert!(
+        js.join("node_modules/playwright-core").is_dir(),
+        "run `npm ci` in tests/js (tests/run.sh does) for the page test"
+    );
+    let (_, report, server) = run_on_server(Scenario::Budget, 15.0, 3);
+    // Alerts hold once the window has enough traffic; the page lists what the API does.
+    let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("builtin-page.png");
+    let output = std::process::Command::new("node")
+        .arg(js.join("page.mjs"))
+        .arg(format!("http://{}/", server.api))
+        .arg(&screenshot)
+        .output()
+        .expect("node runs");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let drawn: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(drawn["errors"], serde_json::json!([]), "{drawn:#}");
+    let mut services: Vec<&str> = report
+        .edges
+        .iter()
+        .flat_map(|e| [e.caller.as_str(), e.callee.as_str()])
+        .chain(report.layers.iter().map(|l| l.service.as_str()))
+        .collect();
+    services.sort_unstable();
+    services.dedup();
+    let mut nodes: Vec<&str> = drawn["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, services, "every service of the scenario is a node");
+    // Every edge drawn, coloured from its figures; the report's edges may be drawn per
+    // operation, so each (caller, callee, operation) is one path.
+    assert_eq!(drawn["edges"].as_array().unwrap().len(), report.edges.len());
+    let colour = |e: &EdgeFigures| match (e.remaining_budget_ms, e.timeout_ms) {
+        (Some(left), Some(timeout)) if left < timeout => "#c62828",
+        (Some(left), Some(timeout)) if left < 1.5 * timeout => "#ef8f00",
+        (Some(_), Some(_)) => "#2e7d32",
+        _ => "#9e9e9e",
+    };
+    let mut expected: Vec<(String, String, &str)> = report
+        .edges
+        .iter()
+        .map(|e| (e.caller.clone(), e.callee.clone(), colour(e)))
+        .collect();
+    let mut got: Vec<(String, String, &str)> = drawn["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["caller"].as_str().unwrap().to_owned(),
+                e["callee"].as_str().unwrap().to_owned(),
+                e["stroke"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+    assert!(
+        got.iter().any(|(_, _, c)| *c == "#c62828"),
+        "the budget scenario's squeezed hop is red: {got:?}"
+    );
+    assert!(drawn["alerts"].as_u64().unwrap() >= 1);
+    assert!(screenshot.is_file());
+    eprintln!("screenshot: {}", screenshot.display());
 }

@@ -169,7 +169,7 @@ fn dashboards_follow_grafanas_schema() {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
-    assert_eq!(dashboards.len(), 4, "{dashboards:?}");
+    assert_eq!(dashboards.len(), 5, "{dashboards:?}");
     let output = Command::new("node")
         .arg(js.join("grafana_schema.mjs"))
         .args(&dashboards)
@@ -195,6 +195,7 @@ fn dashboards_are_portable() {
         "stormglass-edges",
         "stormglass-layers",
         "stormglass-deadlines",
+        "stormglass-topology",
     ] {
         let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
         let d: Value = serde_json::from_str(&text).unwrap();
@@ -237,7 +238,7 @@ fn dashboards_are_portable() {
     }
     uids.sort();
     uids.dedup();
-    assert_eq!(uids.len(), 4);
+    assert_eq!(uids.len(), 5);
     let provisioning =
         std::fs::read_to_string(dir.join("provisioning/dashboards/stormglass.yml")).unwrap();
     assert!(provisioning.contains("type: file"));
@@ -422,8 +423,8 @@ fn dashboard_expressions() -> Vec<(String, String)> {
     files.sort();
     assert_eq!(
         files.len(),
-        4,
-        "expected the four dashboards in {}",
+        5,
+        "expected the five dashboards in {}",
         dir.display()
     );
     for file in files {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole stormglass test suite on a fresh machine: installs what the tests need when
 # it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager; Node.js for
-# the JS exporter and dashboard schema tests; DuckDB and the OpenTelemetry SDK from PyPI),
+# the JS exporter, dashboard schema and page tests; Debian's chromium for the page test;
+# DuckDB and the OpenTelemetry SDK from PyPI),
 # checks
 # formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
 # build), runs every test with cargo-nextest, then each fuzz target for FUZZ_SECONDS (60).
@@ -43,6 +44,15 @@ fi
 if ! cmp -s tests/js/package-lock.json tests/js/node_modules/.installed-lock.json; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error &&
     cp package-lock.json node_modules/.installed-lock.json)
+fi
+
+# The built-in page test opens stormglass' page in a real headless Chromium: Debian's.
+if [ ! -x /usr/bin/chromium ]; then
+  echo "tests/run.sh: installing chromium" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends chromium
 fi
 
 # From PyPI, as users would run them: DuckDB (the archive test reads stormglass's Parquet

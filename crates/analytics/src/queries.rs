@@ -51,6 +51,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_links"),
     query!("partial_clock_skew"),
     query!("partial_tail"),
+    query!("partial_budgets"),
 ];
 
 /// Window figures, in dependency order.
@@ -63,6 +64,7 @@ pub const REPORT: &[Query] = &[
     query!("trace_counts"),
     query!("finding_counts"),
     query!("coverage"),
+    query!("remaining_budgets"),
 ];
 
 /// `partial_latency` rows for late SERVER spans (see the file's header).

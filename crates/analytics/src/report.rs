@@ -72,6 +72,11 @@ pub struct EdgeFigures {
     /// answered calls; null when no call was answered.
     #[serde(default)]
     pub clock_skew_ms: Option<f64>,
+    /// The caller's median remaining budget when the edge's attempts start (ms): the
+    /// deadline of the nearest budgeted ancestor minus the time already spent; null when no
+    /// attempt has a budgeted ancestor (`remaining_budgets.sql`).
+    #[serde(default)]
+    pub remaining_budget_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -233,6 +238,20 @@ impl Report {
                     && e.operation == cause.operation
             }) {
                 edge.retries_by_cause.insert(cause.cause, cause.retries);
+            }
+        }
+        #[derive(Deserialize)]
+        struct Remaining {
+            caller: String,
+            callee: String,
+            operation: String,
+            remaining_budget_ms: Option<f64>,
+        }
+        for r in rows::<Remaining>(&table(&ctx, "remaining_budgets").await?) {
+            if let Some(edge) = edges.iter_mut().find(|e| {
+                e.caller == r.caller && e.callee == r.callee && e.operation == r.operation
+            }) {
+                edge.remaining_budget_ms = r.remaining_budget_ms;
             }
         }
         let layers: Vec<LayerFigures> = rows(&table(&ctx, "layers").await?);

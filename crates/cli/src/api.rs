@@ -1,4 +1,5 @@
-//! The API server: `/metrics` (Prometheus text exposition of the process registry),
+//! The API server: `/` (the built-in page: budget topology, alerts, per-edge figures),
+//! `/metrics` (Prometheus text exposition of the process registry),
 //! `/healthz` (the process is up and none of its tasks is failing: 503 naming the task
 //! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
 //! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
@@ -32,6 +33,20 @@ struct ApiState {
     analysis: Arc<LiveAnalysis>,
     evaluator: Arc<AlertEvaluator>,
     health: Health,
+    /// The built-in page, `links.trace_url` filled in.
+    page: Arc<str>,
+}
+
+/// The built-in page (`GET /`), embedded in the binary: no asset from the network.
+const PAGE: &str = include_str!("page.html");
+
+/// The page with `links.trace_url` filled in as a JavaScript string (or null), escaped so
+/// that no template can close the script.
+fn page(trace_url: Option<&str>) -> Arc<str> {
+    let template = serde_json::to_string(&trace_url)
+        .unwrap_or_else(|_| "null".to_owned())
+        .replace("</", "<\\/");
+    PAGE.replace("__STORMGLASS_TRACE_URL__", &template).into()
 }
 
 pub fn router(
@@ -41,8 +56,10 @@ pub fn router(
     evaluator: Arc<AlertEvaluator>,
     health: Health,
     token: Option<BearerToken>,
+    trace_url: Option<&str>,
 ) -> Router {
     let mut protected = Router::new()
+        .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/api/v1/report", get(report))
         .route("/api/v1/alerts", get(alerts));
@@ -75,7 +92,16 @@ pub fn router(
             analysis,
             evaluator,
             health,
+            page: page(trace_url),
         })
+}
+
+async fn index(State(state): State<ApiState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        state.page.to_string(),
+    )
+        .into_response()
 }
 
 /// The URL others reach the API at, for links in alerts: the bound address, or this

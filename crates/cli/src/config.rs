@@ -48,6 +48,7 @@ pub struct Config {
     pub archive: ArchiveConfig,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
+    pub links: LinksConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
@@ -84,6 +85,15 @@ impl Config {
             clock_skew_threshold_ms: self.clocks.skew_threshold_ms,
         }
     }
+}
+
+/// `links.*`: where stormglass links to other tools.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinksConfig {
+    /// A trace's page in a trace store (Tempo, Jaeger, ...), with `{trace_id}` in place of
+    /// the id (32 hex digits): `http://tempo:3200/trace/{trace_id}`.
+    pub trace_url: Option<String>,
 }
 
 /// `advice.*`: what the recommendations assume.
@@ -245,7 +255,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 14] = [
+pub const SECTIONS: [&str; 15] = [
     "listen",
     "limits",
     "assembly",
@@ -259,6 +269,7 @@ pub const SECTIONS: [&str; 14] = [
     "archive",
     "tls",
     "auth",
+    "links",
     "alerts",
 ];
 
@@ -339,6 +350,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         archive: section(&mut sections, "archive", errors),
         tls: section(&mut sections, "tls", errors),
         auth: section(&mut sections, "auth", errors),
+        links: section(&mut sections, "links", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
@@ -349,6 +361,14 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         ));
     }
     errors.extend(config.notify.validate("alerts"));
+    if let Some(url) = &config.links.trace_url
+        && !url.contains("{trace_id}")
+    {
+        errors.push((
+            "links.trace_url".to_owned(),
+            format!("{url:?} has no {{trace_id}} to replace with a trace id"),
+        ));
+    }
     if let Some(path) = &config.alerts.baseline {
         match stormglass_analytics::alerts::read_baseline(path) {
             Ok(p999) => config.alerts.baseline_p999_ms = p999,
@@ -497,6 +517,30 @@ mod tests {
     fn example_config_is_the_defaults() {
         let path = write("example.yaml", EXAMPLE_YAML);
         assert_eq!(load(Some(&path), [], &vec![]).unwrap(), Config::default());
+    }
+
+    /// A section whose keys are all commented out is the defaults; a trace link template
+    /// without `{trace_id}` is an error naming the key.
+    #[test]
+    fn links_section() {
+        let empty = write("links-empty.yaml", "links:\n  # trace_url: x\n");
+        assert_eq!(load(Some(&empty), [], &vec![]).unwrap(), Config::default());
+        let tempo = write(
+            "links.yaml",
+            "links:\n  trace_url: http://tempo:3200/trace/{trace_id}\n",
+        );
+        let config = load(Some(&tempo), [], &vec![]).unwrap();
+        assert_eq!(
+            config.links.trace_url.as_deref(),
+            Some("http://tempo:3200/trace/{trace_id}")
+        );
+        let bad = write(
+            "links-bad.yaml",
+            "links:\n  trace_url: http://tempo/trace\n",
+        );
+        let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+        assert_eq!(errors.0.len(), 1, "{errors:?}");
+        assert_eq!(errors.0[0].0, "links.trace_url");
     }
 
     /// YAML and TOML spell the same configuration.

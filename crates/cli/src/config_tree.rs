@@ -37,7 +37,9 @@ pub fn section<T: DeserializeOwned + Default>(
     name: &str,
     errors: &mut Vec<(String, String)>,
 ) -> T {
-    let Some(mut value) = sections.remove(name) else {
+    // A missing section, or one whose keys are all commented out (YAML reads `links:` alone
+    // as null), is the defaults.
+    let Some(mut value) = sections.remove(name).filter(|v| !v.is_null()) else {
         return T::default();
     };
     loop {

@@ -150,12 +150,14 @@ impl Collector {
                 evaluator.clone(),
                 health.clone(),
                 BearerToken::new(config.auth.api_token.as_ref()),
+                config.links.trace_url.as_deref(),
             ),
             tls.as_ref(),
             api_shutdown,
         )
         .await?;
         evaluator.set_api_url(&api::advertised_url(config.api_scheme(), api_addr));
+        evaluator.set_trace_url(config.links.trace_url.clone());
         let assembly_thread = {
             let assembly = assembly.clone();
             std::thread::Builder::new()

@@ -161,11 +161,22 @@ const COUNTERS: [Spec; 15] = [
     ),
 ];
 
-const LAYER_DURATION: Spec = spec(
-    "stormglass_layer_duration_seconds",
-    "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
-    SERVICE,
-);
+// Histogram families; indexes into `State::histograms`.
+const LAYER_DURATION: usize = 0;
+const REMAINING_BUDGET: usize = 1;
+
+const HISTOGRAMS: [Spec; 2] = [
+    spec(
+        "stormglass_layer_duration_seconds",
+        "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
+        SERVICE,
+    ),
+    spec(
+        "stormglass_remaining_budget_seconds",
+        "The caller's remaining budget when an attempt starts: the deadline of its nearest budgeted ancestor minus the time already spent (0 when spent).",
+        EDGE,
+    ),
+];
 
 const GAUGES: [Spec; 15] = [
     spec(
@@ -263,11 +274,12 @@ struct Buckets {
 #[derive(Default)]
 struct State {
     counters: Vec<Family>,
-    durations: BTreeMap<String, Buckets>,
+    /// Per histogram family, the buckets of each series.
+    histograms: Vec<BTreeMap<Key, Buckets>>,
     gauges: Vec<Family>,
     /// Increments of series created in the last interval, applied at the next one.
     deferred: Vec<(usize, Key, f64)>,
-    deferred_durations: Vec<(String, Buckets)>,
+    deferred_histograms: Vec<(usize, Key, Buckets)>,
 }
 
 /// Self-metrics of the exporter.
@@ -311,7 +323,7 @@ impl FigureMetrics {
         registry.register(Box::new(dropped_gauges.clone()))?;
         let descs = COUNTERS
             .iter()
-            .chain(std::iter::once(&LAYER_DURATION))
+            .chain(HISTOGRAMS.iter())
             .chain(GAUGES.iter())
             .map(|s| {
                 Desc::new(
@@ -328,6 +340,7 @@ impl FigureMetrics {
             descs,
             state: Mutex::new(State {
                 counters: COUNTERS.iter().map(|_| Family::default()).collect(),
+                histograms: HISTOGRAMS.iter().map(|_| BTreeMap::new()).collect(),
                 gauges: GAUGES.iter().map(|_| Family::default()).collect(),
                 ..State::default()
             }),
@@ -355,8 +368,8 @@ impl FigureMetrics {
         for (family, key, v) in std::mem::take(&mut state.deferred) {
             *state.counters[family].series.entry(key).or_default() += v;
         }
-        for (service, b) in std::mem::take(&mut state.deferred_durations) {
-            merge(state.durations.entry(service).or_default(), &b);
+        for (family, key, b) in std::mem::take(&mut state.deferred_histograms) {
+            merge(state.histograms[family].entry(key).or_default(), &b);
         }
     }
 
@@ -449,20 +462,14 @@ impl FigureMetrics {
             add(BROKEN_TRACES, vec![r.service], r.broken_traces);
         }
 
-        let mut durations: BTreeMap<String, Buckets> = BTreeMap::new();
-        let width = self.bounds.len() + 1;
-        for r in table_rows::<LatencyRow>(partials, "partial_latency") {
-            let b = durations.entry(r.service).or_insert_with(|| Buckets {
-                counts: vec![0.0; width],
-                sum: 0.0,
-            });
-            let le = usize::try_from(r.le).unwrap_or(0).min(width - 1);
-            b.counts[le] += r.n;
-            b.sum += r.seconds;
-        }
-        for (service, b) in durations {
-            self.add_durations(state, service, b);
-        }
+        let latency = table_rows::<LatencyRow>(partials, "partial_latency")
+            .into_iter()
+            .map(|r| (vec![r.service], r.le, r.n, r.seconds));
+        self.add_histograms(state, LAYER_DURATION, latency);
+        let budgets = table_rows::<BudgetRow>(partials, "partial_budgets")
+            .into_iter()
+            .map(|r| (vec![r.caller, r.callee, r.operation], r.le, r.n, r.seconds));
+        self.add_histograms(state, REMAINING_BUDGET, budgets);
     }
 
     fn add(&self, state: &mut State, family: usize, labels: Vec<String>, v: f64) {
@@ -490,32 +497,63 @@ impl FigureMetrics {
         }
     }
 
-    fn add_durations(&self, state: &mut State, service: String, b: Buckets) {
-        if let Some(existing) = state.durations.get_mut(&service) {
+    /// Add one interval's rows (series key, `le` index, count, sum) to a histogram family.
+    fn add_histograms(
+        &self,
+        state: &mut State,
+        family: usize,
+        rows: impl Iterator<Item = (Key, i64, f64, f64)>,
+    ) {
+        let width = self.bounds.len() + 1;
+        let mut interval: BTreeMap<Key, Buckets> = BTreeMap::new();
+        for (key, le, n, seconds) in rows {
+            let b = interval.entry(key).or_insert_with(|| Buckets {
+                counts: vec![0.0; width],
+                sum: 0.0,
+            });
+            b.counts[usize::try_from(le).unwrap_or(0).min(width - 1)] += n;
+            b.sum += seconds;
+        }
+        for (key, b) in interval {
+            self.add_histogram(state, family, key, b);
+        }
+    }
+
+    fn add_histogram(&self, state: &mut State, family: usize, key: Key, b: Buckets) {
+        let spec = &HISTOGRAMS[family];
+        let series = &mut state.histograms[family];
+        if let Some(existing) = series.get_mut(&key) {
             merge(existing, &b);
             return;
         }
-        let service = if state.durations.len() < self.limit {
-            service
+        let key = if series.len() < self.limit {
+            key
         } else {
-            self.metrics
-                .overflow
-                .with_label_values(&[LAYER_DURATION.name])
-                .inc();
-            OVERFLOW.to_owned()
+            self.metrics.overflow.with_label_values(&[spec.name]).inc();
+            spec.labels
+                .iter()
+                .zip(key)
+                .map(|(name, value)| {
+                    if IDENTITY.contains(name) {
+                        OVERFLOW.to_owned()
+                    } else {
+                        value
+                    }
+                })
+                .collect()
         };
-        match state.durations.get_mut(&service) {
+        match series.get_mut(&key) {
             Some(existing) => merge(existing, &b),
             None => {
                 let width = b.counts.len();
-                state.durations.insert(
-                    service.clone(),
+                series.insert(
+                    key.clone(),
                     Buckets {
                         counts: vec![0.0; width],
                         sum: 0.0,
                     },
                 );
-                state.deferred_durations.push((service, b));
+                state.deferred_histograms.push((family, key, b));
             }
         }
     }
@@ -598,30 +636,29 @@ impl FigureMetrics {
                 m
             }));
         }
-        let mut durations = new_family(&LAYER_DURATION, MetricType::HISTOGRAM);
-        for (service, b) in &state.durations {
-            let mut cumulative = 0.0;
-            let mut buckets = Vec::with_capacity(self.bounds.len());
-            for (bound, n) in self.bounds.iter().zip(&b.counts) {
-                cumulative += n;
-                let mut bucket = proto::Bucket::default();
-                bucket.set_upper_bound(*bound);
-                bucket.set_cumulative_count(cumulative.round() as u64);
-                buckets.push(bucket);
+        for (spec, family) in HISTOGRAMS.iter().zip(&state.histograms) {
+            let mut histograms = new_family(spec, MetricType::HISTOGRAM);
+            for (key, b) in family {
+                let mut cumulative = 0.0;
+                let mut buckets = Vec::with_capacity(self.bounds.len());
+                for (bound, n) in self.bounds.iter().zip(&b.counts) {
+                    cumulative += n;
+                    let mut bucket = proto::Bucket::default();
+                    bucket.set_upper_bound(*bound);
+                    bucket.set_cumulative_count(cumulative.round() as u64);
+                    buckets.push(bucket);
+                }
+                let mut h = proto::Histogram::default();
+                h.set_bucket(buckets);
+                h.set_sample_count(b.counts.iter().sum::<f64>().round() as u64);
+                h.set_sample_sum(b.sum);
+                let mut m = proto::Metric::default();
+                m.set_histogram(h);
+                m.set_label(label_pairs(spec.labels, key));
+                histograms.mut_metric().push(m);
             }
-            let mut h = proto::Histogram::default();
-            h.set_bucket(buckets);
-            h.set_sample_count(b.counts.iter().sum::<f64>().round() as u64);
-            h.set_sample_sum(b.sum);
-            let mut m = proto::Metric::default();
-            m.set_histogram(h);
-            m.set_label(label_pairs(
-                LAYER_DURATION.labels,
-                std::slice::from_ref(service),
-            ));
-            durations.mut_metric().push(m);
+            out.push(histograms);
         }
-        out.push(durations);
         for (spec, family) in GAUGES.iter().zip(&state.gauges) {
             out.push(family_of(spec, MetricType::GAUGE, family, |v| {
                 let mut g = proto::Gauge::default();
@@ -779,6 +816,19 @@ row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_wri
 row!(OrphanRow { caller, callee, operation, server_outcome; pairs, work_ms });
 row!(FindingRow { kind, caller, callee; count });
 row!(TraceRow { service; multi_layer_retry_traces, broken_traces });
+
+#[derive(Deserialize)]
+struct BudgetRow {
+    #[serde(deserialize_with = "label")]
+    caller: String,
+    #[serde(deserialize_with = "label")]
+    callee: String,
+    #[serde(deserialize_with = "label")]
+    operation: String,
+    le: i64,
+    n: f64,
+    seconds: f64,
+}
 
 #[derive(Deserialize)]
 struct LatencyRow {

@@ -181,6 +181,9 @@ pub struct AlertStatus {
     pub summary: String,
     pub description: String,
     pub runbook_url: String,
+    /// An example trace of the alert's edge or service (`links.trace_url`), when one is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_url: Option<String>,
 }
 
 /// An alert series: its name and labels.
@@ -193,6 +196,35 @@ struct Active {
     active_since: SystemTime,
     firing_since: Option<SystemTime>,
     last_sent: Option<SystemTime>,
+    /// The latest example trace of the alert's edge or service seen in a window.
+    example_trace: Option<String>,
+}
+
+/// A trace showing what an alert is about: a finding's example or an orphan pair of the
+/// alert's edge (`caller`, `callee`, and `operation` when the alert has it), or for a
+/// layer's alert (`service`) of a call into that layer.
+fn example_trace(report: &Report, labels: &BTreeMap<String, String>) -> Option<String> {
+    let label = |name: &str| labels.get(name).map(String::as_str);
+    let matches = |caller: &str, callee: &str, operation: &str| match label("service") {
+        Some(service) => callee == service,
+        None => {
+            label("caller") == Some(caller)
+                && label("callee") == Some(callee)
+                && label("operation").is_none_or(|op| op == operation)
+        }
+    };
+    report
+        .findings
+        .iter()
+        .filter(|f| matches(&f.caller, &f.callee, &f.operation))
+        .find_map(|f| f.example_trace_id.clone())
+        .or_else(|| {
+            report
+                .orphans
+                .iter()
+                .find(|o| matches(&o.caller, &o.callee, &o.operation))
+                .map(|o| o.trace_id.clone())
+        })
 }
 
 /// One alert in Alertmanager's v2 API (`postableAlert`).
@@ -243,6 +275,8 @@ pub struct AlertEvaluator {
     generator_url: Mutex<String>,
     /// Where runbook links point: `alerts.runbook_base`, else the API's `/runbooks`.
     runbook_base: Mutex<String>,
+    /// `links.trace_url`: a trace's page, `{trace_id}` replaced.
+    trace_url: Mutex<Option<String>>,
     poster: Poster,
     active: Mutex<BTreeMap<AlertKey, Active>>,
     metrics: NotifyMetrics,
@@ -298,6 +332,7 @@ impl AlertEvaluator {
             thresholds,
             generator_url: Mutex::new(String::new()),
             runbook_base: Mutex::new(runbook_base),
+            trace_url: Mutex::new(None),
             poster,
             active: Mutex::new(BTreeMap::new()),
             metrics: NotifyMetrics {
@@ -318,6 +353,20 @@ impl AlertEvaluator {
             *self.runbook_base.lock().unwrap_or_else(|p| p.into_inner()) =
                 format!("{base}/runbooks");
         }
+    }
+
+    /// `links.trace_url`: alerts carry a link to an example trace of their edge or service.
+    pub fn set_trace_url(&self, template: Option<String>) {
+        *self.trace_url.lock().unwrap_or_else(|p| p.into_inner()) = template;
+    }
+
+    fn trace_url(&self, a: &Active) -> Option<String> {
+        let template = self.trace_url.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            template
+                .as_ref()?
+                .replace("{trace_id}", a.example_trace.as_ref()?),
+        )
     }
 
     fn runbook_url(&self, d: &AlertDefinition) -> String {
@@ -350,6 +399,7 @@ impl AlertEvaluator {
             summary: d.render(d.summary, &a.labels, a.value, &self.thresholds),
             description: d.render(d.description, &a.labels, a.value, &self.thresholds),
             runbook_url: self.runbook_url(d),
+            trace_url: self.trace_url(a),
         }
     }
 
@@ -372,8 +422,12 @@ impl AlertEvaluator {
                 active_since: now,
                 firing_since: None,
                 last_sent: None,
+                example_trace: None,
             });
             a.value = alert.value;
+            if let Some(trace) = example_trace(report, &alert.labels) {
+                a.example_trace = Some(trace);
+            }
             let held = now.duration_since(a.active_since).unwrap_or_default();
             if a.firing_since.is_none() && held >= d.hold {
                 a.firing_since = Some(now);
@@ -430,6 +484,7 @@ impl AlertEvaluator {
             ("runbook_url", self.runbook_url(d)),
         ]
         .into_iter()
+        .chain(self.trace_url(a).map(|url| ("trace_url", url)))
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         WebhookAlert {

@@ -194,6 +194,9 @@ async fn exposition_matches_the_report() {
         let budgets = sum(&s, "stormglass_attempt_deadline_seconds_total", &labels);
         let mean = (budgeted > 0.0).then(|| budgets / budgeted);
         assert_eq!(mean, e.timeout_ms.map(|ms| ms / 1e3), "{what}");
+        // The remaining-budget histogram has the attempts the report's median is of.
+        let remaining = sum(&s, "stormglass_remaining_budget_seconds_count", &labels);
+        assert_eq!(remaining > 0.0, e.remaining_budget_ms.is_some(), "{what}");
     }
     for l in &report.layers {
         let service = format!("service=\"{}\"", l.service);

@@ -15,6 +15,7 @@ use axum::routing::post;
 use prometheus::Registry;
 use serde_json::Value;
 use stormglass_analytics::alerts::AlertThresholds;
+use stormglass_analytics::report::{Finding, Orphan};
 use stormglass_analytics::{Alert, IntervalObserver, Partials, Report};
 use stormglass_export::notify::{AlertEvaluator, NotifyConfig};
 
@@ -378,4 +379,87 @@ async fn https_receivers_with_auth_and_retries() {
         "a 401 fails at once"
     );
     assert_eq!(notifications(&registry, "retried"), 0.0);
+}
+
+/// With `links.trace_url`, a firing alert links to an example trace of its subject: a
+/// finding's example for an edge, an orphan pair into the layer for a service; without an
+/// example, or without the template, there is no link.
+#[tokio::test]
+async fn alerts_link_to_an_example_trace() {
+    let evaluator = evaluator(NotifyConfig::default());
+    evaluator.set_trace_url(Some("http://tempo:3200/trace/{trace_id}".into()));
+    let unsafe_retries = Alert {
+        name: "StormglassUnsafeRetries".into(),
+        severity: "critical".into(),
+        labels: BTreeMap::from([
+            ("caller".to_owned(), "cart".to_owned()),
+            ("callee".to_owned(), "orders".to_owned()),
+            ("operation".to_owned(), "POST /orders".to_owned()),
+        ]),
+        value: 2.0,
+    };
+    let mut report = Report {
+        alerts: vec![unsafe_retries, amplification(27.0)],
+        ..Report::default()
+    };
+    report.findings.push(Finding {
+        kind: "unsafe_retry".into(),
+        severity: "critical".into(),
+        caller: "cart".into(),
+        callee: "orders".into(),
+        operation: "POST /orders".into(),
+        count: 2,
+        detail: None,
+        example_trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+    });
+    let t0 = SystemTime::now();
+    evaluator.evaluate(&report, t0);
+    let fired = evaluator.evaluate(&report, t0 + Duration::from_secs(180));
+    let link = |name: &str| {
+        fired
+            .iter()
+            .find(|a| a.labels["alertname"] == name)
+            .map(|a| a.annotations.get("trace_url").cloned())
+            .unwrap_or_else(|| panic!("{name} did not fire: {fired:?}"))
+    };
+    assert_eq!(
+        link("StormglassUnsafeRetries").as_deref(),
+        Some("http://tempo:3200/trace/4bf92f3577b34da6a3ce929d0e0e4736")
+    );
+    assert_eq!(
+        link("StormglassRetryAmplificationHigh"),
+        None,
+        "no example into db"
+    );
+    let listed = evaluator.alerts();
+    assert!(listed.iter().any(|a| a.trace_url.is_some()), "{listed:?}");
+
+    report.orphans.push(Orphan {
+        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+        caller: "inventory".into(),
+        callee: "db".into(),
+        operation: "SELECT".into(),
+        work_after_cancel_ms: Some(120.0),
+        server_outcome: "ok".into(),
+    });
+    evaluator.set_trace_url(None);
+    let quiet = evaluator.evaluate(&report, t0 + Duration::from_secs(400));
+    assert!(
+        quiet
+            .iter()
+            .all(|a| !a.annotations.contains_key("trace_url"))
+    );
+    evaluator.set_trace_url(Some("http://tempo:3200/trace/{trace_id}".into()));
+    let fired = evaluator.evaluate(&report, t0 + Duration::from_secs(600));
+    assert_eq!(
+        link_of(&fired, "StormglassRetryAmplificationHigh").as_deref(),
+        Some("http://tempo:3200/trace/0af7651916cd43dd8448eb211c80319c")
+    );
+}
+
+fn link_of(fired: &[stormglass_export::notify::WebhookAlert], name: &str) -> Option<String> {
+    fired
+        .iter()
+        .find(|a| a.labels["alertname"] == name)
+        .and_then(|a| a.annotations.get("trace_url").cloned())
 }

@@ -1,0 +1,32 @@
+// Opens stormglass' built-in page in headless Chromium (Debian's /usr/bin/chromium, driven by
+// playwright-core), waits until it has drawn the report, saves a screenshot, and prints what
+// it drew and every console error, failed request or page error as JSON. Driven by
+// tests/demo.rs.
+// Usage: node page.mjs URL SCREENSHOT.png
+import { chromium } from "playwright-core";
+
+const [url, screenshot] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  chromiumSandbox: false,
+  // Without these, Chromium keeps reaching for Google's hosts and stalls on a closed network.
+  args: ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync"],
+});
+const errors = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on("console", (m) => { if (m.type() === "error") errors.push(`console: ${m.text()}`); });
+  page.on("pageerror", (e) => errors.push(`page: ${e}`));
+  page.on("requestfailed", (r) => errors.push(`request failed: ${r.url()}`));
+  await page.goto(url);
+  await page.waitForSelector("body[data-loaded=true]", { timeout: 30000 });
+  const services = await page.$$eval("svg .node", (ns) => ns.map((n) => n.dataset.service));
+  const edges = await page.$$eval("svg path.edge", (es) =>
+    es.map((e) => ({ caller: e.dataset.caller, callee: e.dataset.callee, stroke: e.getAttribute("stroke") })));
+  const alerts = await page.$$eval("#alerts tbody tr", (rs) => rs.length);
+  await page.screenshot({ path: screenshot, fullPage: true });
+  console.log(JSON.stringify({ errors, services, edges, alerts }));
+} finally {
+  await browser.close();
+}
