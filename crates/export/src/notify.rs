@@ -324,6 +324,21 @@ impl AlertEvaluator {
         for (service, ms) in &thresholds.baseline_p999_ms {
             baseline.with_label_values(&[service]).set(ms / 1e3);
         }
+        // The thresholds, so dashboards draw the lines this configuration (and the rules
+        // `stormglass rules` renders from it) alert at, not numbers of their own.
+        let threshold = GaugeVec::new(
+            Opts::new(
+                "stormglass_alert_threshold",
+                "The configured threshold of each alert (alerts.*), in the unit of the alert's value.",
+            ),
+            &["alert"],
+        )?;
+        registry.register(Box::new(threshold.clone()))?;
+        for d in stormglass_analytics::alerts::DEFINITIONS {
+            threshold
+                .with_label_values(&[d.name])
+                .set((d.threshold)(&thresholds));
+        }
         let poster = Poster::new(&config)?;
         let runbook_base = config.runbook_base.clone();
         Ok(Arc::new(AlertEvaluator {

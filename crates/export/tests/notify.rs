@@ -463,3 +463,39 @@ fn link_of(fired: &[stormglass_export::notify::WebhookAlert], name: &str) -> Opt
         .find(|a| a.labels["alertname"] == name)
         .and_then(|a| a.annotations.get("trace_url").cloned())
 }
+
+/// The configured thresholds are exported, one series per alert, for the dashboards'
+/// threshold lines: a changed threshold moves the line.
+#[test]
+fn thresholds_are_exported_from_the_configuration() {
+    let registry = Registry::new();
+    let thresholds = AlertThresholds {
+        amplification: 3.0,
+        ..AlertThresholds::default()
+    };
+    AlertEvaluator::register(
+        &registry,
+        NotifyConfig::default(),
+        thresholds,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let exported: BTreeMap<String, f64> = registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == "stormglass_alert_threshold")
+        .flat_map(|f| f.get_metric().to_vec())
+        .map(|m| {
+            (
+                m.get_label()[0].value().to_owned(),
+                m.get_gauge().get_value(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        exported.len(),
+        stormglass_analytics::alerts::DEFINITIONS.len()
+    );
+    assert_eq!(exported["StormglassRetryAmplificationHigh"], 3.0);
+    assert_eq!(exported["StormglassRetriesFailing"], 0.7);
+}
