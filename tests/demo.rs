@@ -15,18 +15,25 @@ use stormglass_demo::{Chain, Counts, Scenario};
 /// Run `scenario` at `rate` requests/s for `seconds`, then wait until every request's trace
 /// is in the report; returns the chain's own counts and the report.
 fn run(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report) {
-    let (counts, report, _server) = run_on_server(scenario, rate, seconds);
+    let (counts, report, _server) = run_on_server(scenario, rate, seconds, &[]);
     (counts, report)
 }
 
-/// [`run`], keeping the server running for the caller.
-fn run_on_server(scenario: Scenario, rate: f64, seconds: u64) -> (Counts, Report, Server) {
+/// [`run`] on a server with `env` added, keeping it running for the caller.
+fn run_on_server(
+    scenario: Scenario,
+    rate: f64,
+    seconds: u64,
+    env: &[(&str, &str)],
+) -> (Counts, Report, Server) {
     // Idle 3 s: a trace's spans come from four services' exporters, and gc-pause's paused
     // server spans end 1.4 s after the rest of their trace.
-    let server = Server::start(&[
+    let mut all = vec![
         ("STORMGLASS_ASSEMBLY__IDLE", "3s"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
-    ]);
+    ];
+    all.extend_from_slice(env);
+    let server = Server::start(&all);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let counts = runtime.block_on(async {
         let chain = Chain::start(scenario, &server.grpc, &server.http)
@@ -262,7 +269,15 @@ fn builtin_page_draws_the_budget_topology() {
         js.join("node_modules/playwright-core").is_dir(),
         "run `npm ci` in tests/js (tests/run.sh does) for the page test"
     );
-    let (_, report, server) = run_on_server(Scenario::Budget, 15.0, 3);
+    let (_, report, server) = run_on_server(
+        Scenario::Budget,
+        15.0,
+        3,
+        &[(
+            "STORMGLASS_LINKS__TRACE_URL",
+            "http://tempo:3200/trace/{trace_id}",
+        )],
+    );
     // Alerts hold once the window has enough traffic; the page lists what the API does.
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("builtin-page.png");
     let output = std::process::Command::new("node")
@@ -329,6 +344,18 @@ fn builtin_page_draws_the_budget_topology() {
         "the budget scenario's squeezed hop is red: {got:?}"
     );
     assert!(drawn["alerts"].as_u64().unwrap() >= 1);
+    // Each finding links to its example trace through links.trace_url.
+    let links: Vec<&str> = drawn["trace_links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(links.len(), report.findings.len(), "{drawn:#}");
+    for (link, finding) in links.iter().zip(&report.findings) {
+        let id = finding.example_trace_id.as_deref().unwrap();
+        assert_eq!(*link, format!("http://tempo:3200/trace/{id}"));
+    }
     assert!(screenshot.is_file());
     eprintln!("screenshot: {}", screenshot.display());
 }

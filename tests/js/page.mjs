@@ -25,8 +25,9 @@ try {
   const edges = await page.$$eval("svg path.edge", (es) =>
     es.map((e) => ({ caller: e.dataset.caller, callee: e.dataset.callee, stroke: e.getAttribute("stroke") })));
   const alerts = await page.$$eval("#alerts tbody tr", (rs) => rs.length);
+  const trace_links = await page.$$eval("#findings tbody a", (as) => as.map((a) => a.href));
   await page.screenshot({ path: screenshot, fullPage: true });
-  console.log(JSON.stringify({ errors, services, edges, alerts }));
+  console.log(JSON.stringify({ errors, services, edges, alerts, trace_links }));
 } finally {
   await browser.close();
 }

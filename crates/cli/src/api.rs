@@ -208,3 +208,23 @@ async fn ready(State(state): State<ApiState>) -> Response {
             .into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trace link template is written into the page as a JavaScript string: no
+    /// template, however hostile, can close the script; none is `null`.
+    #[test]
+    fn page_embeds_the_trace_url_safely() {
+        let hostile = page(Some(
+            "http://x/</script><script>alert(1)</script>{trace_id}",
+        ));
+        assert!(!hostile.contains("</script><script>alert(1)"));
+        assert!(hostile.contains(
+            r#"const TRACE_URL = "http://x/<\/script><script>alert(1)<\/script>{trace_id}";"#
+        ));
+        assert!(page(None).contains("const TRACE_URL = null;"));
+        assert!(!PAGE.is_empty() && !page(None).contains("__STORMGLASS_TRACE_URL__"));
+    }
+}
