@@ -232,11 +232,8 @@ impl Report {
         }
         let causes: Vec<Cause> = rows(&table(&ctx, "edge_causes").await?);
         for cause in causes {
-            if let Some(edge) = edges.iter_mut().find(|e| {
-                e.caller == cause.caller
-                    && e.callee == cause.callee
-                    && e.operation == cause.operation
-            }) {
+            if let Some(edge) = edge_mut(&mut edges, &cause.caller, &cause.callee, &cause.operation)
+            {
                 edge.retries_by_cause.insert(cause.cause, cause.retries);
             }
         }
@@ -248,9 +245,7 @@ impl Report {
             remaining_budget_ms: Option<f64>,
         }
         for r in rows::<Remaining>(&table(&ctx, "remaining_budgets").await?) {
-            if let Some(edge) = edges.iter_mut().find(|e| {
-                e.caller == r.caller && e.callee == r.callee && e.operation == r.operation
-            }) {
+            if let Some(edge) = edge_mut(&mut edges, &r.caller, &r.callee, &r.operation) {
                 edge.remaining_budget_ms = r.remaining_budget_ms;
             }
         }
@@ -337,6 +332,18 @@ impl Report {
         };
         Ok(report)
     }
+}
+
+/// The edge (caller, callee, operation) of `edges`, for figures a second query adds to it.
+fn edge_mut<'e>(
+    edges: &'e mut [EdgeFigures],
+    caller: &str,
+    callee: &str,
+    operation: &str,
+) -> Option<&'e mut EdgeFigures> {
+    edges
+        .iter_mut()
+        .find(|e| e.caller == caller && e.callee == callee && e.operation == operation)
 }
 
 fn rfc3339(unix_ns: i64) -> String {

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -33,8 +34,8 @@ struct ApiState {
     analysis: Arc<LiveAnalysis>,
     evaluator: Arc<AlertEvaluator>,
     health: Health,
-    /// The built-in page, `links.trace_url` filled in.
-    page: Arc<str>,
+    /// The built-in page, `links.trace_url` filled in (shared by every response, not copied).
+    page: Bytes,
 }
 
 /// The built-in page (`GET /`), embedded in the binary: no asset from the network.
@@ -42,11 +43,11 @@ const PAGE: &str = include_str!("page.html");
 
 /// The page with `links.trace_url` filled in as a JavaScript string (or null), escaped so
 /// that no template can close the script.
-fn page(trace_url: Option<&str>) -> Arc<str> {
+fn page(trace_url: Option<&str>) -> Bytes {
     let template = serde_json::to_string(&trace_url)
         .unwrap_or_else(|_| "null".to_owned())
         .replace("</", "<\\/");
-    PAGE.replace("__STORMGLASS_TRACE_URL__", &template).into()
+    Bytes::from(PAGE.replace("__STORMGLASS_TRACE_URL__", &template))
 }
 
 pub fn router(
@@ -99,7 +100,7 @@ pub fn router(
 async fn index(State(state): State<ApiState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        state.page.to_string(),
+        state.page,
     )
         .into_response()
 }
@@ -217,14 +218,15 @@ mod tests {
     /// template, however hostile, can close the script; none is `null`.
     #[test]
     fn page_embeds_the_trace_url_safely() {
-        let hostile = page(Some(
+        let text = |p: Bytes| String::from_utf8(p.to_vec()).unwrap();
+        let hostile = text(page(Some(
             "http://x/</script><script>alert(1)</script>{trace_id}",
-        ));
+        )));
         assert!(!hostile.contains("</script><script>alert(1)"));
         assert!(hostile.contains(
             r#"const TRACE_URL = "http://x/<\/script><script>alert(1)<\/script>{trace_id}";"#
         ));
-        assert!(page(None).contains("const TRACE_URL = null;"));
-        assert!(!PAGE.is_empty() && !page(None).contains("__STORMGLASS_TRACE_URL__"));
+        assert!(text(page(None)).contains("const TRACE_URL = null;"));
+        assert!(!PAGE.is_empty() && !text(page(None)).contains("__STORMGLASS_TRACE_URL__"));
     }
 }

@@ -526,21 +526,12 @@ impl FigureMetrics {
             merge(existing, &b);
             return;
         }
-        let key = if series.len() < self.limit {
-            key
-        } else {
-            self.metrics.overflow.with_label_values(&[spec.name]).inc();
-            spec.labels
-                .iter()
-                .zip(key)
-                .map(|(name, value)| {
-                    if IDENTITY.contains(name) {
-                        OVERFLOW.to_owned()
-                    } else {
-                        value
-                    }
-                })
-                .collect()
+        let key = match fold(spec, series, key, self.limit) {
+            Folded::No(key) => key,
+            Folded::Yes(key) => {
+                self.metrics.overflow.with_label_values(&[spec.name]).inc();
+                key
+            }
         };
         match series.get_mut(&key) {
             Some(existing) => merge(existing, &b),
@@ -709,7 +700,7 @@ enum Folded {
 }
 
 /// The key a new series is stored under, given the limit (see the module docs).
-fn fold(spec: &Spec, series: &BTreeMap<Key, f64>, labels: Key, limit: usize) -> Folded {
+fn fold<V>(spec: &Spec, series: &BTreeMap<Key, V>, labels: Key, limit: usize) -> Folded {
     if series.len() < limit {
         return Folded::No(labels);
     }
