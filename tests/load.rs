@@ -294,22 +294,30 @@ fn slow_analysis_makes_receivers_refuse() {
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
         ("STORMGLASS_TEST_FAULTS", "analysis_delay=2s"),
     ]);
-    let (grpc, pid) = (server.grpc.clone(), server.pid());
-    let loader = std::thread::spawn(move || load_with("grpc", &grpc, pid, "5s", "8", "500", &[]));
     let ready = format!("http://{}/readyz", server.api);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut not_ready = false;
-    while !loader.is_finished() && std::time::Instant::now() < deadline {
-        if common::get(&ready).0 == 503 {
-            not_ready = true;
+    let (mut not_ready, mut refused) = (false, 0.0);
+    // Bounded: at most 15 one-second loads, stopping once refusals were seen and /readyz
+    // said not ready (how many it takes depends on how fast this machine loads).
+    for _ in 0..15 {
+        let (grpc, pid) = (server.grpc.clone(), server.pid());
+        let loader =
+            std::thread::spawn(move || load_with("grpc", &grpc, pid, "1s", "8", "500", &[]));
+        while !loader.is_finished() {
+            not_ready |= common::get(&ready).0 == 503;
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let report = loader.join().unwrap();
+        assert_eq!(report["failed_spans"], 0, "{report}");
+        if report["refused_spans"].as_f64().unwrap() > 0.0 {
+            assert_refused_retryably(&report);
+            refused += report["refused_spans"].as_f64().unwrap();
+        }
+        if not_ready && refused > 0.0 {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let report = loader.join().unwrap();
-    assert!(not_ready, "/readyz never said not ready: {report}");
-    assert!(report["refused_spans"].as_f64().unwrap() > 0.0, "{report}");
-    assert_eq!(report["failed_spans"], 0, "{report}");
+    assert!(not_ready, "/readyz never said not ready");
+    assert!(refused > 0.0, "the receivers never refused");
     assert!(
         server.metric("stormglass_analysis_pending_spans", &[]) > 0.0,
         "spans wait for the slow analysis"

@@ -1,8 +1,8 @@
 //! Trace assembly: hold spans by trace id until the trace is complete, then release it whole.
 //!
 //! Data flow: receivers hand encoded batches to [`Assembly`] (it is their `SpanSink`).
-//! A batch is first made lean ([`stormglass_model::lean`]: only the columns the analysis
-//! reads keep their data), its memory is reserved against the process's budget
+//! A batch is first put in the held form ([`stormglass_model::hold`]: only the columns the
+//! analysis reads, the repetitive strings dictionary-encoded), its memory is reserved against the process's budget
 //! (`limits.memory`), and it is stored once, shared by the rows of the traces it holds: each
 //! open trace keeps `(batch, row)` pairs, and a batch is freed, its reservation returned,
 //! with the last row pointing into it.
@@ -13,7 +13,7 @@
 //! ([`Assembly::run_blocking`], on its own thread) pops the traces idle for `assembly.idle` or
 //! older than `assembly.max_age` from their fronts instead of scanning every open trace.
 //! Released traces are gathered with Arrow's `interleave` into batches of at most a chunk's
-//! bytes and handed to a [`TraceSink`] (the analysis) with their reservation.
+//! bytes, widened back to the span schema ([`stormglass_model::widen`]) and handed to a [`TraceSink`] (the analysis) with their reservation.
 //!
 //! A batch whose rows are mostly released but still pinned by a few long-lived traces is
 //! compacted: its live rows are copied into a small batch and the big one is freed, so one
@@ -44,11 +44,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{
+    Array, ArrayAccessor, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array,
+};
 use arrow::compute::{interleave, take_record_batch};
+use arrow::datatypes::UInt8Type;
 use stormglass_ingest::health::panic_message;
 use stormglass_ingest::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
-use stormglass_model::{SPANS_SCHEMA, lean, schema};
+use stormglass_model::{HELD_SCHEMA, hold, schema, widen};
 use tokio::sync::watch;
 
 pub use config::AssemblyConfig;
@@ -223,7 +226,7 @@ impl Assembly {
                 limit: Overload::Spans,
             });
         }
-        let batch = lean(&batch);
+        let batch = hold(&batch);
         let bytes = batch.get_array_memory_size();
         let reservation = match self.budget.try_reserve(bytes + rows * INDEX_BYTES_PER_SPAN) {
             Ok(r) => r,
@@ -254,10 +257,11 @@ impl Assembly {
         let kinds = match stored
             .batch
             .column_by_name(schema::KIND)
-            .and_then(|c| c.as_string_opt::<i32>())
+            .and_then(|c| c.as_dictionary_opt::<UInt8Type>())
+            .and_then(|c| c.downcast_dict::<StringArray>())
         {
             Some(kinds) => kinds,
-            None => unreachable!("batches come from the model encoder and follow SPANS_SCHEMA"),
+            None => unreachable!("held batches follow HELD_SCHEMA"),
         };
         for (index, rows) in by_shard.iter().enumerate() {
             if rows.is_empty() {
@@ -315,7 +319,7 @@ impl Assembly {
         // Late SERVER spans still describe their service's latency (a stalled callee).
         let late_servers = (!late_servers.is_empty()).then(|| {
             match take_record_batch(&stored.batch, &UInt32Array::from(late_servers)) {
-                Ok(spans) => spans,
+                Ok(spans) => widen(&spans),
                 Err(e) => unreachable!("rows of a batch can be taken: {e}"),
             }
         });
@@ -391,6 +395,8 @@ impl Assembly {
         let mut chunk: Vec<OpenTrace> = Vec::new();
         let mut chunk_bytes = 0;
         for (_, trace, _) in due {
+            // Held bytes: the widened batch is larger (~1.4x: plain strings), still far
+            // below Arrow's 2 GiB offsets, and the analysis re-chunks by its own bytes.
             chunk_bytes += trace
                 .rows
                 .iter()
@@ -633,13 +639,13 @@ fn trace_ids(batch: &RecordBatch) -> &arrow::array::FixedSizeBinaryArray {
         .and_then(|c| c.as_fixed_size_binary_opt())
     {
         Some(ids) => ids,
-        None => unreachable!("batches come from the model encoder and follow SPANS_SCHEMA"),
+        None => unreachable!("held batches follow HELD_SCHEMA"),
     }
 }
 
-/// Position of `span_id` in [`SPANS_SCHEMA`], looked up once (duplicate scans read it per row).
+/// Position of `span_id` in [`HELD_SCHEMA`], looked up once (duplicate scans read it per row).
 static SPAN_ID_COLUMN: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
-    SPANS_SCHEMA
+    HELD_SCHEMA
         .index_of(schema::SPAN_ID)
         .unwrap_or_else(|e| unreachable!("the span schema has span_id: {e}"))
 });
@@ -647,7 +653,7 @@ static SPAN_ID_COLUMN: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| 
 fn span_ids(batch: &RecordBatch) -> &arrow::array::FixedSizeBinaryArray {
     match batch.column(*SPAN_ID_COLUMN).as_fixed_size_binary_opt() {
         Some(ids) => ids,
-        None => unreachable!("batches come from the model encoder and follow SPANS_SCHEMA"),
+        None => unreachable!("held batches follow HELD_SCHEMA"),
     }
 }
 
@@ -665,9 +671,9 @@ fn trace_id(ids: &arrow::array::FixedSizeBinaryArray, row: usize) -> TraceId {
     }
 }
 
-/// Build one batch from rows of several batches, column by column.
+/// Build one batch from rows of several held batches, column by column, in the span schema.
 fn gather(sources: &[Arc<StoredBatch>], positions: &[(usize, usize)]) -> RecordBatch {
-    let columns: Vec<ArrayRef> = (0..SPANS_SCHEMA.fields().len())
+    let columns: Vec<ArrayRef> = (0..HELD_SCHEMA.fields().len())
         .map(|c| {
             let arrays: Vec<&dyn Array> =
                 sources.iter().map(|b| b.batch.column(c).as_ref()).collect();
@@ -677,9 +683,9 @@ fn gather(sources: &[Arc<StoredBatch>], positions: &[(usize, usize)]) -> RecordB
             }
         })
         .collect();
-    match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
-        Ok(batch) => batch,
-        Err(e) => unreachable!("gathered columns follow SPANS_SCHEMA: {e}"),
+    match RecordBatch::try_new(HELD_SCHEMA.clone(), columns) {
+        Ok(batch) => widen(&batch),
+        Err(e) => unreachable!("gathered columns follow HELD_SCHEMA: {e}"),
     }
 }
 

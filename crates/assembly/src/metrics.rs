@@ -73,7 +73,7 @@ impl AssemblyMetrics {
             traces: gauge("stormglass_assembly_traces", "Traces open in assembly now.")?,
             memory_bytes: gauge(
                 "stormglass_assembly_memory_bytes",
-                "Memory holding the open traces (lean spans): Arrow buffers of the stored batches plus the index.",
+                "Memory holding the open traces (held spans: analysed columns, strings dictionary-encoded): Arrow buffers of the stored batches plus the index.",
             )?,
             max_spans: gauge(
                 "stormglass_assembly_max_spans",

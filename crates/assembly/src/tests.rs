@@ -6,7 +6,7 @@ use stormglass_model::{Conventions, encode_request};
 
 use super::*;
 use crate::sink::MemorySink;
-use stormglass_model::lean;
+use stormglass_model::hold;
 
 const SERVER: i32 = 2;
 
@@ -198,7 +198,7 @@ fn shared_batch_freed_with_its_last_row() {
     let budget = MemoryBudget::unregistered(1 << 30);
     let (a, sink) = assembly_with(config(), budget.clone());
     let t0 = Instant::now();
-    let (first, second) = (lean(&batch(&[(1, 1), (2, 1)])), lean(&batch(&[(2, 2)])));
+    let (first, second) = (hold(&batch(&[(1, 1), (2, 1)])), hold(&batch(&[(2, 2)])));
     let both = first.get_array_memory_size() + second.get_array_memory_size();
     a.accept_at(first, t0).unwrap();
     a.accept_at(second, t0 + Duration::from_secs(8)).unwrap();
@@ -225,7 +225,7 @@ fn shared_batch_freed_with_its_last_row() {
 /// counted nowhere as held.
 #[test]
 fn over_the_memory_budget_refuses_whole_batch() {
-    let one = lean(&batch(&[(1, 1), (1, 2)])).get_array_memory_size() + 2 * INDEX_BYTES_PER_SPAN;
+    let one = hold(&batch(&[(1, 1), (1, 2)])).get_array_memory_size() + 2 * INDEX_BYTES_PER_SPAN;
     // Room for one such batch in the admission share (three quarters), not two.
     let budget = MemoryBudget::unregistered(one * 4 / 3 + 8);
     let (a, _sink) = assembly_with(config(), budget.clone());
@@ -248,10 +248,10 @@ fn long_trace_does_not_pin_its_neighbours() {
         ..config()
     });
     let t0 = Instant::now();
-    let mut spans: Vec<(u8, u8)> = (0..200u8).map(|t| (t, 1)).collect();
-    spans.extend((0..200u8).map(|t| (t, 2)));
-    spans.extend((0..200u8).map(|t| (t, 3)));
-    let big = lean(&batch(&spans)).get_array_memory_size();
+    let mut spans: Vec<(u8, u8)> = (0..250u8).map(|t| (t, 1)).collect();
+    spans.extend((0..250u8).map(|t| (t, 2)));
+    spans.extend((0..250u8).map(|t| (t, 3)));
+    let big = hold(&batch(&spans)).get_array_memory_size();
     assert!(
         big >= COMPACT_MIN_BYTES,
         "{big} bytes is big enough to compact"
@@ -323,7 +323,7 @@ fn oversized_trace_is_released_early() {
         ..config()
     });
     // Trace 1 holds three of the four rows: over half the batch.
-    a.max_trace_bytes = lean(&batch(&[(1, 1), (1, 2), (1, 3), (2, 1)])).get_array_memory_size() / 2;
+    a.max_trace_bytes = hold(&batch(&[(1, 1), (1, 2), (1, 3), (2, 1)])).get_array_memory_size() / 2;
     let t0 = Instant::now();
     a.accept_at(batch(&[(1, 1), (1, 2), (1, 3), (2, 1)]), t0)
         .unwrap();

@@ -15,4 +15,4 @@ pub use encode::{
     EncodeReport, SpanBatchBuilder, SpanRejection, encode_request, encode_request_lean,
 };
 pub use outcome::Outcome;
-pub use schema::{SPANS_SCHEMA, lean};
+pub use schema::{HELD_SCHEMA, SPANS_SCHEMA, hold, lean, widen};

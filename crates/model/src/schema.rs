@@ -185,6 +185,138 @@ pub fn lean(batch: &RecordBatch) -> RecordBatch {
     }
 }
 
+/// Columns held dictionary-encoded while a trace is open ([`hold`]): few distinct values
+/// per request (one service per resource, a handful of operations and peers), so a key
+/// per row replaces an offset and the string's bytes. Each with its key type: the first
+/// three take their values from the encoder's fixed vocabularies (at most a few dozen);
+/// the others are as open as the input, and 32-bit keys cannot overflow within one
+/// batch or when batches are gathered at release.
+const HELD_DICTIONARIES: [(&str, DataType); 7] = [
+    (KIND, DataType::UInt8),
+    (STATUS_CODE, DataType::UInt8),
+    (OUTCOME, DataType::UInt8),
+    (SERVICE_NAME, DataType::Int32),
+    (OPERATION, DataType::Int32),
+    (CALLEE_HINT, DataType::Int32),
+    (RETRY_CAUSE, DataType::Int32),
+];
+
+/// The form assembly holds open spans in: [`SPANS_SCHEMA`] without the [`NOT_ANALYSED`]
+/// columns, and with the [`HELD_DICTIONARIES`] columns dictionary-encoded. [`widen`] turns
+/// it back into [`SPANS_SCHEMA`] (as [`lean`] gives it) when traces are released.
+pub static HELD_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let fields: Vec<Field> = SPANS_SCHEMA
+        .fields()
+        .iter()
+        .filter(|f| !NOT_ANALYSED.contains(&f.name().as_str()))
+        .map(
+            |f| match HELD_DICTIONARIES.iter().find(|(name, _)| name == f.name()) {
+                Some((_, key)) => Field::new(
+                    f.name(),
+                    DataType::Dictionary(Box::new(key.clone()), Box::new(DataType::Utf8)),
+                    f.is_nullable(),
+                ),
+                None => f.as_ref().clone(),
+            },
+        )
+        .collect();
+    Arc::new(Schema::new(fields))
+});
+
+/// `batch` (in [`SPANS_SCHEMA`]) in the [`HELD_SCHEMA`] form: ~40% less memory per span
+/// than [`lean`]'s.
+pub fn hold(batch: &RecordBatch) -> RecordBatch {
+    let columns: Vec<ArrayRef> = HELD_SCHEMA
+        .fields()
+        .iter()
+        .map(|field| {
+            let column = match batch.column_by_name(field.name()) {
+                Some(column) => column,
+                None => unreachable!("{} is a column of the span schema", field.name()),
+            };
+            if column.data_type() == field.data_type() {
+                return column.clone();
+            }
+            match arrow::compute::cast(column, field.data_type()) {
+                Ok(held) => tight_dictionary(held),
+                Err(e) => unreachable!("{} holds the encoder's vocabulary: {e}", field.name()),
+            }
+        })
+        .collect();
+    match RecordBatch::try_new(HELD_SCHEMA.clone(), columns) {
+        Ok(held) => held,
+        Err(e) => unreachable!("held columns follow HELD_SCHEMA: {e}"),
+    }
+}
+
+/// A string dictionary whose values take only the memory they need: Arrow's cast builds
+/// them with room for a thousand values, kilobytes per column of a 600-span batch.
+fn tight_dictionary(array: ArrayRef) -> ArrayRef {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Int32Type, UInt8Type};
+    fn tight<K: arrow::datatypes::ArrowDictionaryKeyType>(
+        dictionary: &arrow::array::DictionaryArray<K>,
+    ) -> ArrayRef {
+        let values = dictionary.values().as_string::<i32>();
+        let bytes = values.value_data().len();
+        let mut tight = arrow::array::StringBuilder::with_capacity(values.len(), bytes);
+        tight.extend(values.iter());
+        let values = tight.finish();
+        // The keys are sized to the batch already.
+        match arrow::array::DictionaryArray::<K>::try_new(
+            dictionary.keys().clone(),
+            Arc::new(values),
+        ) {
+            Ok(tight) => Arc::new(tight),
+            Err(e) => unreachable!("the same keys index the same values: {e}"),
+        }
+    }
+    match array.data_type() {
+        DataType::Dictionary(key, _) if **key == DataType::UInt8 => {
+            tight(array.as_dictionary::<UInt8Type>())
+        }
+        DataType::Dictionary(key, _) if **key == DataType::Int32 => {
+            tight(array.as_dictionary::<Int32Type>())
+        }
+        _ => array,
+    }
+}
+
+/// Held spans ([`hold`]) back in [`SPANS_SCHEMA`], in [`lean`]'s form: empty names, null
+/// status messages, empty attribute maps, plain strings.
+pub fn widen(held: &RecordBatch) -> RecordBatch {
+    let rows = held.num_rows();
+    let columns: Vec<ArrayRef> = SPANS_SCHEMA
+        .fields()
+        .iter()
+        .map(|field| match field.name().as_str() {
+            SPAN_NAME => {
+                Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))) as ArrayRef
+            }
+            STATUS_MESSAGE => new_null_array(&DataType::Utf8, rows),
+            ATTRIBUTES => Arc::new(empty_maps(rows)) as ArrayRef,
+            name => {
+                let column = match held.column_by_name(name) {
+                    Some(column) => column,
+                    None => unreachable!("{name} is a column of the held schema"),
+                };
+                if column.data_type() == field.data_type() {
+                    column.clone()
+                } else {
+                    match arrow::compute::cast(column, field.data_type()) {
+                        Ok(plain) => plain,
+                        Err(e) => unreachable!("a string dictionary casts to strings: {e}"),
+                    }
+                }
+            }
+        })
+        .collect();
+    match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
+        Ok(wide) => wide,
+        Err(e) => unreachable!("widened columns follow SPANS_SCHEMA: {e}"),
+    }
+}
+
 /// `rows` empty attribute maps.
 fn empty_maps(rows: usize) -> MapArray {
     let entries = attributes_entries_field();
@@ -243,6 +375,41 @@ mod tests {
         {
             assert_eq!(a.to_data(), b.to_data(), "{}", field.name());
         }
+    }
+
+    /// Held spans come back as lean() gives them, for full and lean encoder output alike,
+    /// in well under lean()'s memory.
+    #[test]
+    fn held_spans_widen_to_the_lean_form() {
+        use crate::testing::retry_fixture;
+        let conventions = crate::Conventions::default();
+        let (full, _) = crate::encode_request(&conventions, &retry_fixture());
+        let (direct, _) = crate::encode_request_lean(&conventions, &retry_fixture());
+        for batch in [full, direct] {
+            let held = hold(&batch);
+            assert_eq!(held.schema(), *HELD_SCHEMA);
+            let wide = widen(&held);
+            assert_eq!(wide.schema(), *SPANS_SCHEMA);
+            let expected = lean(&batch);
+            for (field, (a, b)) in SPANS_SCHEMA
+                .fields()
+                .iter()
+                .zip(expected.columns().iter().zip(wide.columns()))
+            {
+                assert_eq!(a.as_ref(), b.as_ref(), "{}", field.name());
+            }
+        }
+        // Per span, on SDK-shaped traces (600 spans, as exporters batch them).
+        let mut generator = crate::synth::Generator::new(crate::synth::Shape::default(), 1);
+        let (batch, _) = crate::encode_request_lean(&conventions, &generator.request(600));
+        let (lean_bytes, held_bytes) = (
+            lean(&batch).get_array_memory_size(),
+            hold(&batch).get_array_memory_size(),
+        );
+        assert!(
+            held_bytes * 10 < lean_bytes * 7,
+            "held {held_bytes} B vs lean {lean_bytes} B for 600 spans"
+        );
     }
 
     /// The schema names every column once, so SQL can address each unambiguously.
