@@ -15,5 +15,5 @@ SELECT m.caller, m.callee, m.pairs, m.low_ms, m.high_ms,
   0.0 - sg_clock_offset_ms(m.low_ms, m.high_ms, p.clock_tolerance_ms) AS clock_skew_ms,
   ABS(sg_clock_offset_ms(m.low_ms, m.high_ms, p.clock_tolerance_ms)) > p.clock_skew_threshold_ms
     AS exceeds_threshold
-FROM merged m CROSS JOIN params p
+FROM params p CROSS JOIN merged m
 ORDER BY m.caller, m.callee

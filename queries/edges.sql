@@ -108,8 +108,8 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.immediate_retries) AS BIGINT) AS immediate_retries,
   CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
   k.clock_skew_ms
-FROM e
-CROSS JOIN params p
+FROM params p
+CROSS JOIN e
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
 LEFT JOIN layers l ON l.service = e.callee
 LEFT JOIN tail tl ON tl.service = e.callee AND tl.deadline_ms = t.timeout_ms

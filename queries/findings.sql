@@ -33,45 +33,65 @@ WITH budgeted AS (
   SELECT lc.*,
     lc.deadline_ms > lc.anchor_deadline_ms - (lc.start_ns - lc.anchor_start_ns) / 1e6
       + p.deadline_tolerance_ms AS inverted
-  FROM logical_calls lc CROSS JOIN params p
+  FROM params p CROSS JOIN logical_calls lc
   WHERE lc.deadline_ms IS NOT NULL AND lc.anchor_deadline_ms IS NOT NULL
+),
+crowded AS (
+  -- the parents an overcommit can be found under: two or more budgeted calls whose budgets
+  -- sum to more than the smallest budget they had to fit in. The rule below sums a subset
+  -- of these calls (the sequential ones) against their largest budget, and budgets are
+  -- finite and >= 0 (the encoder's contract), so no other parent can qualify. (Loosened
+  -- by a millionth, so summing in another order cannot round a qualifying parent out.)
+  -- The per-parent windows below then run on these parents' calls alone: a window costs
+  -- per parent, and in most traces no parent is crowded.
+  SELECT b.trace_id, b.parent_span_id
+  FROM params p CROSS JOIN budgeted b
+  GROUP BY b.trace_id, b.parent_span_id, p.deadline_tolerance_ms
+  HAVING COUNT(*) >= 2
+    AND SUM(b.deadline_ms) * 1.000001 >= MIN(b.anchor_deadline_ms) + p.deadline_tolerance_ms
 ),
 ordered AS (
   -- budgeted calls of one parent in start order, with the latest end before each and the
   -- next start after it: a call overlaps a sibling iff one of those two does (n log n per
   -- parent, where pairing every two siblings was n^2)
-  SELECT b.*,
+  SELECT b.trace_id, b.parent_span_id, b.logical_call_id, b.caller, b.callee, b.operation,
+    b.start_ns, b.end_ns, b.deadline_ms, b.anchor_deadline_ms, b.inverted, b.weight,
     MAX(b.end_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id
       ORDER BY b.start_ns, b.logical_call_id
       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_end_ns,
     LEAD(b.start_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id
       ORDER BY b.start_ns, b.logical_call_id) AS next_start_ns
   FROM budgeted b
+  JOIN crowded c ON c.trace_id = b.trace_id AND c.parent_span_id = b.parent_span_id
 ),
 sequential_calls AS (
   -- not overlapping any budgeted sibling by more than deadlines.tolerance_ms: clocks of
   -- millisecond resolution make back-to-back calls touch or overlap by a tick
-  SELECT o.* FROM ordered o CROSS JOIN params p
+  SELECT o.* FROM params p CROSS JOIN ordered o
   WHERE (o.earlier_end_ns IS NULL OR o.earlier_end_ns <= o.start_ns + p.deadline_tolerance_ms * 1e6)
     AND (o.next_start_ns IS NULL OR o.next_start_ns >= o.end_ns - p.deadline_tolerance_ms * 1e6)
 ),
-sequential AS (
-  -- budget_so_far: this call's budget plus every earlier sequential sibling's
-  SELECT trace_id, parent_span_id, logical_call_id, caller, callee, operation, deadline_ms,
-    anchor_deadline_ms, inverted, weight,
-    SUM(deadline_ms) OVER (PARTITION BY trace_id, parent_span_id
-      ORDER BY start_ns, logical_call_id
-      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far
-  FROM sequential_calls
-),
 overcommitted AS (
-  SELECT trace_id, parent_span_id,
-    MAX(anchor_deadline_ms) AS parent_budget_ms,
-    SUM(deadline_ms) AS total_ms,
-    COUNT(*) AS calls,
-    bool_or(inverted) AS any_inverted
-  FROM sequential
-  GROUP BY trace_id, parent_span_id
+  -- crowded parents whose sequential calls' budgets sum to more than the parent's
+  SELECT s.trace_id, s.parent_span_id,
+    MAX(s.anchor_deadline_ms) AS parent_budget_ms,
+    SUM(s.deadline_ms) AS total_ms,
+    COUNT(*) AS calls
+  FROM params p CROSS JOIN sequential_calls s
+  GROUP BY s.trace_id, s.parent_span_id, p.deadline_tolerance_ms
+  HAVING COUNT(*) >= 2 AND NOT bool_or(s.inverted)
+    AND SUM(s.deadline_ms) > MAX(s.anchor_deadline_ms) + p.deadline_tolerance_ms
+),
+sequential AS (
+  -- the overcommitted parents' sequential calls; budget_so_far: this call's budget plus
+  -- every earlier sequential sibling's
+  SELECT s.trace_id, s.parent_span_id, s.logical_call_id, s.caller, s.callee, s.operation,
+    s.deadline_ms, s.weight, o.calls, o.total_ms, o.parent_budget_ms,
+    SUM(s.deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id
+      ORDER BY s.start_ns, s.logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far
+  FROM sequential_calls s
+  JOIN overcommitted o ON o.trace_id = s.trace_id AND o.parent_span_id = s.parent_span_id
 ),
 multi_layer AS (
   SELECT trace_id, COUNT(DISTINCT layer) AS retrying_layers
@@ -88,7 +108,7 @@ SELECT 'deadline_inversion' AS kind, a.trace_id, a.caller, a.callee, a.operation
     CAST(ROUND(a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6) AS BIGINT),
     ' ms the caller had left') AS detail,
   a.weight
-FROM attempts a CROSS JOIN params p
+FROM params p CROSS JOIN attempts a
 WHERE a.own_deadline_ms IS NOT NULL AND a.anchor_deadline_ms IS NOT NULL
   AND a.own_deadline_ms > a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6
     + p.deadline_tolerance_ms
@@ -102,17 +122,13 @@ FROM budgeted b
 WHERE b.inverted AND b.budget_on_call_span
 UNION ALL
 SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
-  concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
-    ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms'),
+  concat(CAST(s.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(s.total_ms) AS BIGINT),
+    ' ms in all, more than the caller''s ', CAST(ROUND(s.parent_budget_ms) AS BIGINT), ' ms'),
   s.weight
-FROM sequential s
-JOIN overcommitted o ON o.trace_id = s.trace_id AND o.parent_span_id = s.parent_span_id
-CROSS JOIN params p
-WHERE o.calls >= 2 AND NOT o.any_inverted
-  AND o.total_ms > o.parent_budget_ms + p.deadline_tolerance_ms
-  -- the call whose budget crosses the parent's: over after it, not before
-  AND s.budget_so_far > o.parent_budget_ms + p.deadline_tolerance_ms
-  AND s.budget_so_far - s.deadline_ms <= o.parent_budget_ms + p.deadline_tolerance_ms
+FROM params p CROSS JOIN sequential s
+-- the call whose budget crosses the parent's: over after it, not before
+WHERE s.budget_so_far > s.parent_budget_ms + p.deadline_tolerance_ms
+  AND s.budget_so_far - s.deadline_ms <= s.parent_budget_ms + p.deadline_tolerance_ms
 UNION ALL
 SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
   concat('the attempt had a ', CAST(ROUND(a.deadline_ms) AS BIGINT),
@@ -137,7 +153,7 @@ SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' started ', CAST(ROUND(a.backoff_ms, 1) AS VARCHAR),
     ' ms after the previous attempt ended'),
   a.weight
-FROM attempts a CROSS JOIN params p
+FROM params p CROSS JOIN attempts a
 WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms
 UNION ALL
 SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,

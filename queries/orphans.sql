@@ -24,8 +24,8 @@ SELECT a.trace_id, a.span_id AS client_span_id, a.server_span_id, a.caller, a.ca
        WHEN a.server_outcome = 'ok' THEN 'ok'
        ELSE 'failed' END AS server_outcome,
   a.weight
-FROM attempts a
-CROSS JOIN params p
+FROM params p
+CROSS JOIN attempts a
 LEFT JOIN instrumented i ON i.service = a.callee
 WHERE a.outcome IN ('deadline', 'cancelled')
   AND ((a.server_span_id IS NOT NULL AND (a.server_end_ns - a.end_ns) / 1e6 > p.orphan_grace_ms)

@@ -54,7 +54,7 @@ at AS (
       AS timeout_retries_on_writes,
     SUM(CASE WHEN a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms THEN a.weight ELSE 0.0 END)
       AS immediate_retries
-  FROM attempts a CROSS JOIN params p
+  FROM params p CROSS JOIN attempts a
   GROUP BY a.caller, a.callee, a.operation
 ),
 orph AS (
