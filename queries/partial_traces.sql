@@ -7,20 +7,21 @@
 --
 -- Inputs: entries, findings, lineage.
 -- Output: service, entry_requests, multi_layer_retry_traces, broken_traces
-WITH first_entry AS (
+WITH multi_layer AS (
+  SELECT DISTINCT trace_id FROM findings WHERE kind = 'multi_layer_retry'
+),
+first_entry AS (
+  -- ranked only within the traces counted here: a per-trace window costs per trace
   SELECT trace_id, service, weight FROM (
-    SELECT trace_id, service, weight,
-      ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY start_ns, span_id) AS n
-    FROM entries
+    SELECT e.trace_id, e.service, e.weight,
+      ROW_NUMBER() OVER (PARTITION BY e.trace_id ORDER BY e.start_ns, e.span_id) AS n
+    FROM entries e
+    JOIN multi_layer m ON m.trace_id = e.trace_id
   ) ranked
   WHERE n = 1
 ),
 retried AS (
-  SELECT fe.service, SUM(fe.weight) AS traces
-  FROM first_entry fe
-  JOIN (SELECT DISTINCT trace_id FROM findings WHERE kind = 'multi_layer_retry') f
-    ON f.trace_id = fe.trace_id
-  GROUP BY fe.service
+  SELECT service, SUM(weight) AS traces FROM first_entry GROUP BY service
 ),
 broken AS (
   SELECT service, SUM(weight) AS traces
