@@ -71,27 +71,20 @@ sequential_calls AS (
   WHERE (o.earlier_end_ns IS NULL OR o.earlier_end_ns <= o.start_ns + p.deadline_tolerance_ms * 1e6)
     AND (o.next_start_ns IS NULL OR o.next_start_ns >= o.end_ns - p.deadline_tolerance_ms * 1e6)
 ),
-overcommitted AS (
-  -- crowded parents whose sequential calls' budgets sum to more than the parent's
-  SELECT s.trace_id, s.parent_span_id,
-    MAX(s.anchor_deadline_ms) AS parent_budget_ms,
-    SUM(s.deadline_ms) AS total_ms,
-    COUNT(*) AS calls
-  FROM params p CROSS JOIN sequential_calls s
-  GROUP BY s.trace_id, s.parent_span_id, p.deadline_tolerance_ms
-  HAVING COUNT(*) >= 2 AND NOT bool_or(s.inverted)
-    AND SUM(s.deadline_ms) > MAX(s.anchor_deadline_ms) + p.deadline_tolerance_ms
-),
 sequential AS (
-  -- the overcommitted parents' sequential calls; budget_so_far: this call's budget plus
-  -- every earlier sequential sibling's
-  SELECT s.trace_id, s.parent_span_id, s.logical_call_id, s.caller, s.callee, s.operation,
-    s.deadline_ms, s.weight, o.calls, o.total_ms, o.parent_budget_ms,
+  -- per crowded parent, over its sequential calls: budget_so_far, this call's budget plus
+  -- every earlier one's, and the totals the rule compares (windows over the one
+  -- partitioning, so the sibling windows above run once)
+  SELECT s.trace_id, s.logical_call_id, s.caller, s.callee, s.operation, s.deadline_ms,
+    s.weight,
     SUM(s.deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id
       ORDER BY s.start_ns, s.logical_call_id
-      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far,
+    SUM(s.deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS total_ms,
+    COUNT(*) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS calls,
+    MAX(s.anchor_deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS parent_budget_ms,
+    bool_or(s.inverted) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS any_inverted
   FROM sequential_calls s
-  JOIN overcommitted o ON o.trace_id = s.trace_id AND o.parent_span_id = s.parent_span_id
 ),
 multi_layer AS (
   SELECT trace_id, COUNT(DISTINCT layer) AS retrying_layers
@@ -126,8 +119,10 @@ SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
     ' ms in all, more than the caller''s ', CAST(ROUND(s.parent_budget_ms) AS BIGINT), ' ms'),
   s.weight
 FROM params p CROSS JOIN sequential s
--- the call whose budget crosses the parent's: over after it, not before
-WHERE s.budget_so_far > s.parent_budget_ms + p.deadline_tolerance_ms
+WHERE s.calls >= 2 AND NOT s.any_inverted
+  AND s.total_ms > s.parent_budget_ms + p.deadline_tolerance_ms
+  -- the call whose budget crosses the parent's: over after it, not before
+  AND s.budget_so_far > s.parent_budget_ms + p.deadline_tolerance_ms
   AND s.budget_so_far - s.deadline_ms <= s.parent_budget_ms + p.deadline_tolerance_ms
 UNION ALL
 SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
