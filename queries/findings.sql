@@ -42,8 +42,7 @@ crowded AS (
   -- of these calls (the sequential ones) against their largest budget, and budgets are
   -- finite and >= 0 (the encoder's contract), so no other parent can qualify. (Loosened
   -- by a millionth, so summing in another order cannot round a qualifying parent out.)
-  -- The per-parent windows below then run on these parents' calls alone: a window costs
-  -- per parent, and in most traces no parent is crowded.
+  -- What follows runs on these parents' calls alone (in most traces, none).
   SELECT b.trace_id, b.parent_span_id
   FROM params p CROSS JOIN budgeted b
   GROUP BY b.trace_id, b.parent_span_id, p.deadline_tolerance_ms
@@ -51,40 +50,83 @@ crowded AS (
     AND SUM(b.deadline_ms) * 1.000001 >= MIN(b.anchor_deadline_ms) + p.deadline_tolerance_ms
 ),
 ordered AS (
-  -- budgeted calls of one parent in start order, with the latest end before each and the
-  -- next start after it: a call overlaps a sibling iff one of those two does (n log n per
-  -- parent, where pairing every two siblings was n^2)
+  -- the crowded parents' budgeted calls in one order, by parent and start, each with its
+  -- neighbours' parent: one ordered pass finds every parent's boundaries, where a window
+  -- per parent cost ~5 us a parent in DataFusion (a parent has a few calls)
   SELECT b.trace_id, b.parent_span_id, b.logical_call_id, b.caller, b.callee, b.operation,
     b.start_ns, b.end_ns, b.deadline_ms, b.anchor_deadline_ms, b.inverted, b.weight,
-    MAX(b.end_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id
-      ORDER BY b.start_ns, b.logical_call_id
-      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_end_ns,
-    LEAD(b.start_ns) OVER (PARTITION BY b.trace_id, b.parent_span_id
-      ORDER BY b.start_ns, b.logical_call_id) AS next_start_ns
+    COALESCE(LAG(b.trace_id) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
+        ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) <> b.trace_id
+      OR LAG(b.parent_span_id) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
+        ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) <> b.parent_span_id,
+      TRUE) AS first_of_parent,
+    CASE WHEN LEAD(b.trace_id) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
+        ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) = b.trace_id
+      AND LEAD(b.parent_span_id) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
+        ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) = b.parent_span_id
+      THEN LEAD(b.start_ns) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
+        ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) END AS next_start_ns
   FROM budgeted b
   JOIN crowded c ON c.trace_id = b.trace_id AND c.parent_span_id = b.parent_span_id
 ),
+numbered AS (
+  -- parent_no: the parent's number in that order
+  SELECT o.*,
+    SUM(CASE WHEN o.first_of_parent THEN 1 ELSE 0 END) OVER (ORDER BY o.trace_id, o.parent_span_id, o.start_ns, o.logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS parent_no
+  FROM ordered o
+),
+keyed AS (
+  -- earlier_key: the largest (parent_no, end) among the calls before, as one exact decimal
+  -- (parent_no * 1e20 + end_ns + 2^63: an end shifted to >= 0 stays below 1e20); it is
+  -- this parent's latest earlier end when the call has an earlier sibling, else below
+  -- parent_floor
+  SELECT n.*,
+    MAX(CAST(n.parent_no AS DECIMAL(38, 0)) * CAST('100000000000000000000' AS DECIMAL(38, 0))
+        + CAST(n.end_ns AS DECIMAL(38, 0)) + CAST('9223372036854775808' AS DECIMAL(38, 0)))
+      OVER (ORDER BY n.trace_id, n.parent_span_id, n.start_ns, n.logical_call_id
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_key,
+    CAST(n.parent_no AS DECIMAL(38, 0)) * CAST('100000000000000000000' AS DECIMAL(38, 0))
+      AS parent_floor
+  FROM numbered n
+),
+siblings AS (
+  -- earlier_end_ns: the latest end among the parent's earlier calls (clamped before the
+  -- cast, which may run on every row)
+  SELECT k.*,
+    CASE WHEN k.earlier_key >= k.parent_floor THEN
+      CAST(GREATEST(k.earlier_key - k.parent_floor - CAST('9223372036854775808' AS DECIMAL(38, 0)),
+        CAST('-9223372036854775808' AS DECIMAL(38, 0))) AS BIGINT) END AS earlier_end_ns
+  FROM keyed k
+),
 sequential_calls AS (
-  -- not overlapping any budgeted sibling by more than deadlines.tolerance_ms: clocks of
-  -- millisecond resolution make back-to-back calls touch or overlap by a tick
-  SELECT o.* FROM params p CROSS JOIN ordered o
-  WHERE (o.earlier_end_ns IS NULL OR o.earlier_end_ns <= o.start_ns + p.deadline_tolerance_ms * 1e6)
-    AND (o.next_start_ns IS NULL OR o.next_start_ns >= o.end_ns - p.deadline_tolerance_ms * 1e6)
+  -- not overlapping any budgeted sibling by more than deadlines.tolerance_ms: the latest
+  -- end among the earlier siblings and the next sibling's start decide it (clocks of
+  -- millisecond resolution make back-to-back calls touch or overlap by a tick)
+  SELECT k.trace_id, k.parent_span_id, k.logical_call_id, k.caller, k.callee, k.operation,
+    k.start_ns, k.deadline_ms, k.anchor_deadline_ms, k.inverted, k.weight, k.parent_no
+  FROM params p CROSS JOIN siblings k
+  WHERE (k.earlier_end_ns IS NULL OR k.earlier_end_ns <= k.start_ns + p.deadline_tolerance_ms * 1e6)
+    AND (k.next_start_ns IS NULL OR k.next_start_ns >= k.end_ns - p.deadline_tolerance_ms * 1e6)
 ),
 sequential AS (
-  -- per crowded parent, over its sequential calls: budget_so_far, this call's budget plus
-  -- every earlier one's, and the totals the rule compares (windows over the one
-  -- partitioning, so the sibling windows above run once)
-  SELECT s.trace_id, s.logical_call_id, s.caller, s.callee, s.operation, s.deadline_ms,
-    s.weight,
-    SUM(s.deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id
-      ORDER BY s.start_ns, s.logical_call_id
-      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS budget_so_far,
-    SUM(s.deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS total_ms,
-    COUNT(*) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS calls,
-    MAX(s.anchor_deadline_ms) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS parent_budget_ms,
-    bool_or(s.inverted) OVER (PARTITION BY s.trace_id, s.parent_span_id) AS any_inverted
+  -- through: the budgets of the sequential calls up to this one in that order, summed
+  -- exactly (decimal; a budget over 1e15 ms counts as 1e15); a parent's running sum is
+  -- through minus what came before its first call, so no window per parent is needed
+  SELECT s.*, CAST(LEAST(s.deadline_ms, 1e15) AS DECIMAL(38, 10)) AS budget,
+    SUM(CAST(LEAST(s.deadline_ms, 1e15) AS DECIMAL(38, 10))) OVER (ORDER BY s.trace_id, s.parent_span_id, s.start_ns, s.logical_call_id
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS through
   FROM sequential_calls s
+),
+overcommitted AS (
+  -- parents whose sequential calls' budgets sum to more than the parent's
+  SELECT s.parent_no, MIN(s.through - s.budget) AS before_parent,
+    CAST(SUM(s.budget) AS DOUBLE) AS total_ms, COUNT(*) AS calls,
+    MAX(s.anchor_deadline_ms) AS parent_budget_ms
+  FROM params p CROSS JOIN sequential s
+  GROUP BY s.parent_no, p.deadline_tolerance_ms
+  HAVING COUNT(*) >= 2 AND NOT bool_or(s.inverted)
+    AND CAST(SUM(s.budget) AS DOUBLE) > MAX(s.anchor_deadline_ms) + p.deadline_tolerance_ms
 ),
 multi_layer AS (
   SELECT trace_id, COUNT(DISTINCT layer) AS retrying_layers
@@ -115,15 +157,15 @@ FROM budgeted b
 WHERE b.inverted AND b.budget_on_call_span
 UNION ALL
 SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
-  concat(CAST(s.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(s.total_ms) AS BIGINT),
-    ' ms in all, more than the caller''s ', CAST(ROUND(s.parent_budget_ms) AS BIGINT), ' ms'),
+  concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
+    ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms'),
   s.weight
 FROM params p CROSS JOIN sequential s
-WHERE s.calls >= 2 AND NOT s.any_inverted
-  AND s.total_ms > s.parent_budget_ms + p.deadline_tolerance_ms
-  -- the call whose budget crosses the parent's: over after it, not before
-  AND s.budget_so_far > s.parent_budget_ms + p.deadline_tolerance_ms
-  AND s.budget_so_far - s.deadline_ms <= s.parent_budget_ms + p.deadline_tolerance_ms
+JOIN overcommitted o ON o.parent_no = s.parent_no
+-- the call whose budget crosses the parent's: over after it, not before
+WHERE CAST(s.through - o.before_parent AS DOUBLE) > o.parent_budget_ms + p.deadline_tolerance_ms
+  AND CAST(s.through - s.budget - o.before_parent AS DOUBLE)
+    <= o.parent_budget_ms + p.deadline_tolerance_ms
 UNION ALL
 SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
   concat('the attempt had a ', CAST(ROUND(a.deadline_ms) AS BIGINT),
