@@ -92,7 +92,10 @@ pub fn without_duplicates(batch: RecordBatch) -> (RecordBatch, usize) {
     let (Some(traces), Some(spans)) = (column(schema::TRACE_ID), column(schema::SPAN_ID)) else {
         unreachable!("loaded batches follow SPANS_SCHEMA");
     };
-    let mut seen = std::collections::HashSet::with_capacity(batch.num_rows());
+    let mut seen = std::collections::HashSet::with_capacity_and_hasher(
+        batch.num_rows(),
+        stormglass_assembly::TraceIdHash::default(),
+    );
     let keep: Vec<u32> = (0..batch.num_rows())
         .filter(|&row| seen.insert((traces.value(row), spans.value(row))))
         .map(|row| row as u32)

@@ -1,4 +1,5 @@
-//! Hashing of trace ids for the assembly's maps.
+//! Hashing of trace ids for the assembly's maps, and of trace and span ids for the
+//! analysis's (the lineage's parent index, the offline duplicate check).
 //!
 //! Every accepted span is looked up by its trace id in the open-trace map and in both
 //! generations of released ids, so the hash runs three times per span. std's SipHash-1-3

@@ -58,7 +58,7 @@ pub use config::AssemblyConfig;
 pub use metrics::{AssemblyMetrics, ReleaseReason};
 pub use sink::{MemorySink, ReleasedTraces, TraceSink};
 
-use ids::TraceIdHash;
+pub use ids::TraceIdHash;
 
 type TraceId = [u8; 16];
 
