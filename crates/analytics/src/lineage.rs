@@ -206,7 +206,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     // Ids as integers (big-endian, so they order like their bytes); one parent lookup per
     // span for the whole lineage.
     // Keyed by ids clients choose: the assembly's keyed hash, a fraction of SipHash's cost
-    // (SipHash was ~10% of an offline analysis, `perf record`).
+    // (SipHash was ~9% of an offline analysis, `perf record`).
     let mut index: HashMap<(u128, u64), usize, TraceIdHash> =
         HashMap::with_capacity_and_hasher(rows, TraceIdHash::default());
     for row in 0..rows {

@@ -8,8 +8,8 @@
 //!
 //! The one-row `params` table is always the left side of its join (`FROM params p CROSS
 //! JOIN attempts a`): DataFusion's cross join emits one batch per row of its left side, so
-//! `attempts a CROSS JOIN params p` fed every operator after it one-row batches (the
-//! per-parent windows of `findings` ran 2.3x slower for it).
+//! `attempts a CROSS JOIN params p` fed every operator after it one-row batches
+//! (`EXPLAIN ANALYZE` of `findings`: 110,600 batches for 110,600 rows).
 
 /// A named query; its header comment is its contract.
 #[derive(Clone, Copy, Debug)]

@@ -2,8 +2,8 @@
 //!
 //! Data flow: receivers hand encoded batches to [`Assembly`] (it is their `SpanSink`).
 //! A batch is first put in the held form ([`stormglass_model::hold`]: only the columns the
-//! analysis reads, the repetitive strings dictionary-encoded), its memory is reserved against the process's budget
-//! (`limits.memory`), and it is stored once, shared by the rows of the traces it holds: each
+//! analysis reads, the repetitive strings dictionary-encoded), its memory is reserved
+//! against the process's budget (`limits.memory`), and it is stored once, shared by the rows of the traces it holds: each
 //! open trace keeps `(batch, row)` pairs, and a batch is freed, its reservation returned,
 //! with the last row pointing into it.
 //!
@@ -13,7 +13,8 @@
 //! ([`Assembly::run_blocking`], on its own thread) pops the traces idle for `assembly.idle` or
 //! older than `assembly.max_age` from their fronts instead of scanning every open trace.
 //! Released traces are gathered with Arrow's `interleave` into batches of at most a chunk's
-//! bytes, widened back to the span schema ([`stormglass_model::widen`]) and handed to a [`TraceSink`] (the analysis) with their reservation.
+//! bytes, widened back to the span schema ([`stormglass_model::widen`]) and handed to a
+//! [`TraceSink`] (the analysis) with their reservation.
 //!
 //! A batch whose rows are mostly released but still pinned by a few long-lived traces is
 //! compacted: its live rows are copied into a small batch and the big one is freed, so one

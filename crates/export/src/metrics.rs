@@ -479,13 +479,7 @@ impl FigureMetrics {
             *total += v;
             return;
         }
-        let key = match fold(spec, series, labels, self.limit) {
-            Folded::No(key) => key,
-            Folded::Yes(key) => {
-                self.metrics.overflow.with_label_values(&[spec.name]).inc();
-                key
-            }
-        };
+        let key = self.folded(spec, series, labels);
         match series.get_mut(&key) {
             Some(total) => *total += v,
             None => {
@@ -493,6 +487,17 @@ impl FigureMetrics {
                 if v != 0.0 {
                     state.deferred.push((family, key, v));
                 }
+            }
+        }
+    }
+
+    /// The key a new series of `spec` is stored under ([`fold`]), counting each fold.
+    fn folded<V>(&self, spec: &Spec, series: &BTreeMap<Key, V>, labels: Key) -> Key {
+        match fold(spec, series, labels, self.limit) {
+            Folded::No(key) => key,
+            Folded::Yes(key) => {
+                self.metrics.overflow.with_label_values(&[spec.name]).inc();
+                key
             }
         }
     }
@@ -526,13 +531,7 @@ impl FigureMetrics {
             merge(existing, &b);
             return;
         }
-        let key = match fold(spec, series, key, self.limit) {
-            Folded::No(key) => key,
-            Folded::Yes(key) => {
-                self.metrics.overflow.with_label_values(&[spec.name]).inc();
-                key
-            }
-        };
+        let key = self.folded(spec, series, key);
         match series.get_mut(&key) {
             Some(existing) => merge(existing, &b),
             None => {

@@ -170,12 +170,10 @@ pub fn lean(batch: &RecordBatch) -> RecordBatch {
         .zip(batch.columns())
         .map(|(field, column)| match field.name().as_str() {
             SPAN_NAME if !column.as_string::<i32>().value_data().is_empty() => {
-                Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))) as ArrayRef
+                emptied(SPAN_NAME, rows)
             }
-            STATUS_MESSAGE if column.null_count() < rows => new_null_array(&DataType::Utf8, rows),
-            ATTRIBUTES if !column.as_map().entries().is_empty() => {
-                Arc::new(empty_maps(rows)) as ArrayRef
-            }
+            STATUS_MESSAGE if column.null_count() < rows => emptied(STATUS_MESSAGE, rows),
+            ATTRIBUTES if !column.as_map().entries().is_empty() => emptied(ATTRIBUTES, rows),
             _ => column.clone(),
         })
         .collect();
@@ -290,11 +288,7 @@ pub fn widen(held: &RecordBatch) -> RecordBatch {
         .fields()
         .iter()
         .map(|field| match field.name().as_str() {
-            SPAN_NAME => {
-                Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))) as ArrayRef
-            }
-            STATUS_MESSAGE => new_null_array(&DataType::Utf8, rows),
-            ATTRIBUTES => Arc::new(empty_maps(rows)) as ArrayRef,
+            name if NOT_ANALYSED.contains(&name) => emptied(name, rows),
             name => {
                 let column = match held.column_by_name(name) {
                     Some(column) => column,
@@ -314,6 +308,17 @@ pub fn widen(held: &RecordBatch) -> RecordBatch {
     match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
         Ok(wide) => wide,
         Err(e) => unreachable!("widened columns follow SPANS_SCHEMA: {e}"),
+    }
+}
+
+/// What [`lean`] and [`widen`] put in place of a [`NOT_ANALYSED`] column: empty names,
+/// null status messages, empty attribute maps.
+fn emptied(name: &str, rows: usize) -> ArrayRef {
+    match name {
+        SPAN_NAME => Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))),
+        STATUS_MESSAGE => new_null_array(&DataType::Utf8, rows),
+        ATTRIBUTES => Arc::new(empty_maps(rows)),
+        other => unreachable!("{other} is not one of the columns the analysis never reads"),
     }
 }
 
