@@ -1,12 +1,13 @@
-//! The DataFusion side of the analysis: one session per analysed batch of spans.
+//! The DataFusion side of the analysis.
 //!
-//! Data flow: [`Engine::derive`] registers `spans`, `lineage` (Rust) and `params`, then
-//! materialises every derived table of [`queries::DERIVED`] in order. [`Engine::partials`]
-//! runs [`queries::PARTIALS`] over them: small, mergeable aggregates, the only thing kept per
-//! interval. [`Engine::merge`] registers the union of a window's partials as `p_*` tables
-//! and materialises [`queries::REPORT`]: the window's figures. Live analysis calls
-//! `derive` + `partials` once per interval and `merge` over the window; offline analysis
-//! does the same over one batch holding every span, so both read the same SQL.
+//! Data flow: [`Engine::analyse`] holds `spans`, `lineage` (Rust) and `params` as tables,
+//! materialises every derived table of [`queries::DERIVED`] in order, then runs
+//! [`queries::PARTIALS`] over them: small, mergeable aggregates, the only thing kept per
+//! chunk. Those queries are planned once per engine and re-run over each batch (see
+//! [`crate::planned`]). [`Engine::merge`] registers the union of a window's partials as
+//! `p_*` tables and materialises [`queries::REPORT`]: the window's figures. Live analysis
+//! calls `analyse_in_window` per chunk and `merge` over the window; offline analysis does
+//! the same over one batch holding every span, so both read the same SQL.
 
 use std::sync::Arc;
 
@@ -22,7 +23,8 @@ use stormglass_model::SPANS_SCHEMA;
 
 use crate::clock::{self, ClockBounds};
 use crate::histogram;
-use crate::lineage::{self, LINEAGE, Lineage};
+use crate::lineage::{self, CLOCK_PAIRS_SCHEMA, LINEAGE, LINEAGE_SCHEMA, Lineage};
+use crate::planned::{self, Plans};
 use crate::queries::{self, Query};
 
 /// `advice.*`, `orphans.*`, `deadlines.*` and `clocks.*`: the thresholds the SQL reads from
@@ -126,6 +128,24 @@ pub struct Partials {
 }
 
 impl Partials {
+    /// The partials of one analysis, with its [`queries::TOTALS`] row.
+    fn new(tables: Vec<(&'static str, Table)>, totals: &Table) -> Partials {
+        #[derive(Deserialize)]
+        struct Totals {
+            spans: usize,
+            traces: usize,
+            start: Option<i64>,
+            end: Option<i64>,
+        }
+        let totals = rows::<Totals>(totals).into_iter().next();
+        Partials {
+            tables,
+            spans: totals.as_ref().map_or(0, |t| t.spans),
+            traces: totals.as_ref().map_or(0, |t| t.traces),
+            span_range: totals.and_then(|t| t.start.zip(t.end)),
+        }
+    }
+
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
     }
@@ -231,25 +251,58 @@ impl Partials {
     }
 }
 
+/// Runs the analysis queries. Clones share one set of plans (and DataFusion memory pool),
+/// used by one analysis at a time.
 #[derive(Clone, Debug, Default)]
 pub struct Engine {
     pub params: Params,
-    /// DataFusion's memory pool for one analysis (bytes); unbounded when `None` (offline).
-    pub memory_limit: Option<usize>,
+    memory_limit: Option<usize>,
+    plans: Arc<PlanCache>,
+}
+
+/// The plans, built on first use, and the turn to use them: their tables hold one
+/// analysis's batches at a time.
+#[derive(Debug, Default)]
+struct PlanCache {
+    plans: tokio::sync::OnceCell<Plans>,
+    turn: tokio::sync::Mutex<()>,
+}
+
+/// The plans with one analysis's inputs held; dropping it empties every table, so no
+/// batch outlives its analysis, even one that failed or was cancelled.
+struct Loaded<'a> {
+    plans: &'a Plans,
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl std::ops::Deref for Loaded<'_> {
+    type Target = Plans;
+
+    fn deref(&self) -> &Plans {
+        self.plans
+    }
+}
+
+impl Drop for Loaded<'_> {
+    fn drop(&mut self) {
+        self.plans.clear();
+    }
 }
 
 impl Engine {
     pub fn new(params: Params) -> Self {
         Engine {
             params,
-            memory_limit: None,
+            ..Engine::default()
         }
     }
 
     /// Bound what DataFusion's operators (joins, aggregations, sorts) may hold at once:
-    /// live, the analysis's share of `limits.memory`.
+    /// live, the analysis's share of `limits.memory`. DataFusion's memory pool for one
+    /// analysis is unbounded without it (offline).
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = Some(bytes);
+        self.plans = Arc::default();
         self
     }
 
@@ -278,61 +331,69 @@ impl Engine {
         ctx
     }
 
-    /// A session over `spans` with `lineage`, `params` and every derived table registered.
-    pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
-        self.derive_in_window(spans, &WindowContext::default())
-            .await
-    }
-
-    /// [`Engine::derive`] for one chunk of a live window (see [`WindowContext`]): the
-    /// `window_servers` table, and clocks corrected by the window's bounds.
-    pub async fn derive_in_window(
+    /// The plans, planned on first use, holding the inputs of `spans` in `window`: the
+    /// `window_*` tables, and clocks corrected by the window's bounds.
+    async fn load(
         &self,
         spans: RecordBatch,
         window: &WindowContext,
-    ) -> Result<SessionContext, AnalysisError> {
-        let ctx = Self::session_with_limit(self.memory_limit);
-        let servers = window_servers(&window.servers);
-        register(&ctx, "window_servers", servers.schema(), vec![servers])?;
-        let timeouts = window_timeouts(&window.timeouts);
-        register(&ctx, "window_timeouts", timeouts.schema(), vec![timeouts])?;
+    ) -> Result<Loaded<'_>, AnalysisError> {
+        let plans = self
+            .plans
+            .plans
+            .get_or_try_init(|| async {
+                // Dynamic filters would outlive a re-run's reset (see `crate::planned`).
+                let ctx = Self::session_with_limit(self.memory_limit);
+                ctx.state_ref()
+                    .write()
+                    .config_mut()
+                    .options_mut()
+                    .optimizer
+                    .enable_dynamic_filter_pushdown = false;
+                let inputs = [
+                    ("spans", SPANS_SCHEMA.clone()),
+                    (LINEAGE, LINEAGE_SCHEMA.clone()),
+                    ("clock_pairs", CLOCK_PAIRS_SCHEMA.clone()),
+                    ("params", self.params.batch().schema()),
+                    ("window_servers", window_servers(&[]).schema()),
+                    ("window_timeouts", window_timeouts(&[]).schema()),
+                ];
+                Plans::new(ctx, &inputs).await
+            })
+            .await?;
+        let loaded = Loaded {
+            plans,
+            _turn: self.plans.turn.lock().await,
+        };
         let started = std::time::Instant::now();
         let Lineage {
             batch: lineage,
             clock_pairs,
         } = lineage::lineage_in_window(&spans, &window.clocks, self.params.clock_tolerance_ms);
-        register(&ctx, "clock_pairs", clock_pairs.schema(), vec![clock_pairs])?;
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-        tracing::debug!(elapsed_ms, "lineage computed");
-        if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
-            eprintln!("lineage (Rust)               {elapsed_ms:>9.1} ms");
-        }
-        register(&ctx, "spans", spans.schema(), vec![spans])?;
-        register(&ctx, LINEAGE, lineage.schema(), vec![lineage])?;
-        let params = self.params.batch();
-        register(&ctx, "params", params.schema(), vec![params])?;
-        for query in queries::DERIVED {
-            let table = run(&ctx, query).await?;
-            register(&ctx, query.name, table.schema, table.batches)?;
-        }
-        Ok(ctx)
+        timed("lineage (Rust)", started);
+        loaded.fill("spans", vec![spans])?;
+        loaded.fill(LINEAGE, vec![lineage])?;
+        loaded.fill("clock_pairs", vec![clock_pairs])?;
+        loaded.fill("params", vec![self.params.batch()])?;
+        loaded.fill("window_servers", vec![window_servers(&window.servers)])?;
+        loaded.fill("window_timeouts", vec![window_timeouts(&window.timeouts)])?;
+        Ok(loaded)
     }
 
-    /// The partial aggregates of a derived session.
-    pub async fn partials(&self, ctx: &SessionContext) -> Result<Partials, AnalysisError> {
-        let mut tables = Vec::with_capacity(queries::PARTIALS.len());
-        for query in queries::PARTIALS {
-            tables.push((query.name, run(ctx, query).await?));
+    /// A session over `spans` with `lineage`, `params` and every derived table registered.
+    pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
+        let loaded = self.load(spans, &WindowContext::default()).await?;
+        loaded.derive().await?;
+        self.session_of(loaded.take())
+    }
+
+    /// A session with `tables` registered.
+    fn session_of(&self, tables: Vec<(&str, Table)>) -> Result<SessionContext, AnalysisError> {
+        let ctx = Self::session_with_limit(self.memory_limit);
+        for (name, table) in tables {
+            register(&ctx, name, table.schema, table.batches)?;
         }
-        let spans = count(ctx, "SELECT COUNT(*) FROM spans").await?;
-        let traces = count(ctx, "SELECT COUNT(DISTINCT trace_id) FROM spans").await?;
-        let range = span_range(ctx).await?;
-        Ok(Partials {
-            tables,
-            spans,
-            traces,
-            span_range: range,
-        })
+        Ok(ctx)
     }
 
     /// Derive and aggregate one batch of spans.
@@ -348,14 +409,16 @@ impl Engine {
         run(&ctx, &queries::LATE_LATENCY).await
     }
 
-    /// Derive and aggregate one chunk of a live window (see [`Engine::derive_in_window`]).
+    /// Derive and aggregate one chunk of a live window (see [`WindowContext`]).
     pub async fn analyse_in_window(
         &self,
         spans: RecordBatch,
         window: &WindowContext,
     ) -> Result<Partials, AnalysisError> {
-        let ctx = self.derive_in_window(spans, window).await?;
-        self.partials(&ctx).await
+        let loaded = self.load(spans, window).await?;
+        loaded.derive().await?;
+        let (tables, totals) = loaded.partials().await?;
+        Ok(Partials::new(tables, &totals))
     }
 
     /// A session with the union of `window`'s partials as `p_*` tables and every report
@@ -420,9 +483,16 @@ impl Engine {
     /// One session over `spans` with the derived tables and the report tables (`edges`,
     /// `layers`, ...) of that data as one window: what `stormglass query` runs SQL against.
     pub async fn query_context(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
-        let ctx = self.derive(spans).await?;
-        let partials = Arc::new(self.partials(&ctx).await?);
-        self.merge_into(&ctx, &[partials]).await?;
+        let (ctx, partials) = {
+            let loaded = self.load(spans, &WindowContext::default()).await?;
+            loaded.derive().await?;
+            let (tables, totals) = loaded.partials().await?;
+            (
+                self.session_of(loaded.take())?,
+                Partials::new(tables, &totals),
+            )
+        };
+        self.merge_into(&ctx, &[Arc::new(partials)]).await?;
         Ok(ctx)
     }
 
@@ -538,12 +608,17 @@ pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisE
     let frame = ctx.sql(query.sql).await.map_err(failed)?;
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
     let batches = frame.collect().await.map_err(failed)?;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    tracing::debug!(query = query.name, elapsed_ms, "query ran");
-    if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
-        eprintln!("query {:<22} {elapsed_ms:>9.1} ms", query.name);
-    }
+    timed(query.name, started);
     Ok(Table { schema, batches })
+}
+
+/// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set.
+pub(crate) fn timed(what: &str, started: std::time::Instant) {
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(what, elapsed_ms, "analysis step ran");
+    if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
+        eprintln!("{what:<28} {elapsed_ms:>9.1} ms");
+    }
 }
 
 /// Read a materialised table of a session.
@@ -574,58 +649,39 @@ fn register(
     };
     let arrow_failed = |e| failed(DataFusionError::ArrowError(Box::new(e), None));
     let base = batches.first().map_or(schema, RecordBatch::schema);
-    let relaxed: SchemaRef = Arc::new(Schema::new(
-        base.fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-    ));
-    let batches = batches
-        .into_iter()
-        .map(|b| {
-            let columns = b
-                .columns()
-                .iter()
-                .zip(relaxed.fields())
-                .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
-                .collect::<Result<Vec<_>, _>>()?;
-            RecordBatch::try_new(relaxed.clone(), columns)
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(arrow_failed)?;
+    let relaxed = planned::relaxed(&base);
+    let batches = planned::conform(&relaxed, batches).map_err(arrow_failed)?;
     let table = MemTable::try_new(relaxed, vec![batches]).map_err(failed)?;
     ctx.register_table(name, Arc::new(table)).map_err(failed)?;
     Ok(())
 }
 
-async fn count(ctx: &SessionContext, sql: &'static str) -> Result<usize, AnalysisError> {
-    let table = run(ctx, &Query { name: "count", sql }).await?;
-    Ok(table
-        .batches
-        .first()
-        .and_then(|b| {
-            b.column(0)
-                .as_any()
-                .downcast_ref::<arrow::array::Int64Array>()
-                .map(|a| a.value(0))
-        })
-        .map_or(0, |n| usize::try_from(n).unwrap_or(0)))
-}
+#[cfg(test)]
+mod tests {
+    use stormglass_model::testing::retry_fixture;
+    use stormglass_model::{Conventions, encode_request};
 
-async fn span_range(ctx: &SessionContext) -> Result<Option<(i64, i64)>, AnalysisError> {
-    #[derive(Deserialize)]
-    struct Range {
-        start: Option<i64>,
-        end: Option<i64>,
+    use super::*;
+
+    /// Plans re-run over many batches: after an analysis no table of the plans holds a
+    /// row (its spans are freed when it ends), and a second run gives the same partials.
+    #[tokio::test]
+    async fn analysis_leaves_no_batch_held() {
+        let (spans, _) = encode_request(&Conventions::default(), &retry_fixture());
+        let engine = Engine::default();
+        let first = engine.analyse(spans.clone()).await.unwrap();
+        assert!(first.spans > 0 && first.traces > 0, "{first:?}");
+        let Some(plans) = engine.plans.plans.get() else {
+            panic!("analysing plans the queries");
+        };
+        for (name, table) in plans.take() {
+            assert_eq!(table.rows(), 0, "{name} outlived its analysis");
+        }
+        let again = engine.analyse(spans).await.unwrap();
+        assert_eq!((again.spans, again.traces), (first.spans, first.traces));
+        assert_eq!(again.span_range, first.span_range);
+        for ((name, a), (_, b)) in first.tables.iter().zip(&again.tables) {
+            assert_eq!(a.rows(), b.rows(), "{name}");
+        }
     }
-    let table = run(
-        ctx,
-        &Query {
-            name: "span_range",
-            sql: "SELECT MIN(start_ns) AS start, MAX(end_ns) AS end FROM spans",
-        },
-    )
-    .await?;
-    let rows: Vec<Range> = rows(&table);
-    Ok(rows.first().and_then(|r| r.start.zip(r.end)))
 }

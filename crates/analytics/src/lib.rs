@@ -10,6 +10,7 @@ pub mod files;
 pub mod histogram;
 pub mod lineage;
 pub mod live;
+mod planned;
 pub mod queries;
 pub mod report;
 
