@@ -1,7 +1,7 @@
 //! Every analysis query planned once per [`crate::Engine`] and re-run over each batch of spans.
 //!
 //! A live window is analysed in chunks (a 32nd of the analysis share of `limits.memory`,
-//! ~45k spans at 1 GiB). Parsing, optimising and physically planning the 24 queries cost
+//! ~45k spans at 1 GiB). Parsing, optimising and physically planning the 23 queries cost
 //! about twice what running them does on such a chunk (timed per query in a dev build: 107
 //! ms parsing, 440 ms planning, 237 ms running), so planning per chunk made a window of 1 M
 //! spans cost ~3.5x what the same spans cost in one batch.
@@ -160,14 +160,13 @@ pub(crate) struct Plans {
     slots: Vec<(&'static str, Slot)>,
     derived: Vec<Planned>,
     partials: Vec<Planned>,
-    totals: Planned,
 }
 
 impl fmt::Debug for Plans {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plans")
             .field("slots", &self.slots.len())
-            .field("queries", &(self.derived.len() + self.partials.len() + 1))
+            .field("queries", &(self.derived.len() + self.partials.len()))
             .finish()
     }
 }
@@ -195,13 +194,11 @@ impl Plans {
         for query in queries::PARTIALS {
             partials.push(Planned::new(&ctx, query).await?);
         }
-        let totals = Planned::new(&ctx, &queries::TOTALS).await?;
         Ok(Plans {
             ctx,
             slots,
             derived,
             partials,
-            totals,
         })
     }
 
@@ -229,16 +226,13 @@ impl Plans {
         Ok(())
     }
 
-    /// Every partial of the derived tables, in [`queries::PARTIALS`] order, and the
-    /// [`queries::TOTALS`] row.
-    pub(crate) async fn partials(
-        &self,
-    ) -> Result<(Vec<(&'static str, Table)>, Table), AnalysisError> {
+    /// Every partial of the derived tables, in [`queries::PARTIALS`] order.
+    pub(crate) async fn partials(&self) -> Result<Vec<(&'static str, Table)>, AnalysisError> {
         let mut tables = Vec::with_capacity(self.partials.len());
         for planned in &self.partials {
             tables.push((planned.query.name, planned.run(&self.ctx).await?));
         }
-        Ok((tables, self.totals.run(&self.ctx).await?))
+        Ok(tables)
     }
 
     /// Every table held, inputs and derived, emptying the slots.

@@ -72,14 +72,6 @@ pub const REPORT: &[Query] = &[
     query!("remaining_budgets"),
 ];
 
-/// What one analysis covered: its spans, traces and their time range (see
-/// `engine::Partials`). Bookkeeping, not a figure, so it has no file.
-pub const TOTALS: Query = Query {
-    name: "totals",
-    sql: "SELECT COUNT(*) AS spans, COUNT(DISTINCT trace_id) AS traces, \
-          MIN(start_ns) AS start, MAX(end_ns) AS end FROM spans",
-};
-
 /// `partial_latency` rows for late SERVER spans (see the file's header).
 pub const LATE_LATENCY: Query = query!("late_latency");
 
