@@ -1,5 +1,5 @@
 //! Analysing one interval of ~1 M spans as the live path does, in chunks of whole traces
-//! with one engine: the time `Engine::analyse` (lineage + every derived table + partials)
+//! with one engine on one thread: the time `Engine::analyse` (lineage + every derived table + partials)
 //! takes over every chunk, and the report merge, as a fraction of the default 10 s
 //! `analytics.interval` they must fit in.
 //!
@@ -242,11 +242,12 @@ fn main() {
         chunks.push(spans);
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread and an engine planned for it, as the live worker runs.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let engine = Engine::default();
+    let engine = Engine::default().on_one_thread();
     let chunk_count = chunks.len();
     let started = Instant::now();
     let mut analysed = Vec::with_capacity(chunk_count);

@@ -268,6 +268,8 @@ impl Partials {
 pub struct Engine {
     pub params: Params,
     memory_limit: Option<usize>,
+    /// Plan for one partition: the analysis runs on one thread (see [`Engine::on_one_thread`]).
+    one_thread: bool,
     plans: Arc<PlanCache>,
 }
 
@@ -317,14 +319,33 @@ impl Engine {
         self
     }
 
-    fn session() -> SessionContext {
-        Self::session_with_limit(None)
+    /// Plan every query for one partition: the live analysis runs on its worker's one
+    /// thread, where two partitions only repartitioned each input (hash or round robin,
+    /// copying every row) to run nowhere in parallel.
+    pub fn on_one_thread(mut self) -> Self {
+        self.one_thread = true;
+        self.plans = Arc::default();
+        self
     }
 
-    fn session_with_limit(memory_limit: Option<usize>) -> SessionContext {
-        // Two partitions: the batches analysed are one interval's, and the machines small.
+    /// A session for this engine's analysis, in its memory pool.
+    fn session(&self) -> SessionContext {
+        Self::session_with(self.memory_limit, self.partitions())
+    }
+
+    fn partitions(&self) -> usize {
+        // Two otherwise: the batches analysed are one interval's, and the machines small.
+        if self.one_thread { 1 } else { 2 }
+    }
+
+    /// A session outside any engine (a query over files), on two partitions.
+    fn file_session() -> SessionContext {
+        Self::session_with(None, 2)
+    }
+
+    fn session_with(memory_limit: Option<usize>, partitions: usize) -> SessionContext {
         let config = SessionConfig::new()
-            .with_target_partitions(2)
+            .with_target_partitions(partitions)
             .with_information_schema(true);
         let runtime = memory_limit.and_then(|bytes| {
             datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
@@ -354,7 +375,7 @@ impl Engine {
             .plans
             .get_or_try_init(|| async {
                 // Dynamic filters would outlive a re-run's reset (see `crate::planned`).
-                let ctx = Self::session_with_limit(self.memory_limit);
+                let ctx = self.session();
                 ctx.state_ref()
                     .write()
                     .config_mut()
@@ -400,7 +421,7 @@ impl Engine {
 
     /// A session with `tables` registered.
     fn session_of(&self, tables: Vec<(&str, Table)>) -> Result<SessionContext, AnalysisError> {
-        let ctx = Self::session_with_limit(self.memory_limit);
+        let ctx = self.session();
         for (name, table) in tables {
             register(&ctx, name, table.schema, table.batches)?;
         }
@@ -415,7 +436,7 @@ impl Engine {
 
     /// `partial_latency` rows for late SERVER spans ([`queries::LATE_LATENCY`]).
     pub async fn late_latency(&self, spans: RecordBatch) -> Result<Table, AnalysisError> {
-        let ctx = Self::session_with_limit(self.memory_limit);
+        let ctx = self.session();
         register(&ctx, "spans", spans.schema(), vec![spans])?;
         run(&ctx, &queries::LATE_LATENCY).await
     }
@@ -434,7 +455,8 @@ impl Engine {
     /// A session with the union of `window`'s partials as `p_*` tables and every report
     /// table materialised.
     pub async fn merge(&self, window: &[Arc<Partials>]) -> Result<SessionContext, AnalysisError> {
-        let ctx = Self::session();
+        // Outside the pool: the report reads only partials, small and bounded by the window.
+        let ctx = Self::session_with(None, self.partitions());
         let params = self.params.batch();
         register(&ctx, "params", params.schema(), vec![params])?;
         self.merge_into(&ctx, window).await?;
@@ -443,7 +465,7 @@ impl Engine {
 
     /// The tables `sql` reads (CTE names excluded), or the parser's error.
     pub fn tables_read(sql: &str) -> Result<Vec<String>, DataFusionError> {
-        let state = Self::session().state();
+        let state = Self::file_session().state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state.sql_to_statement(sql, &dialect)?;
         Ok(state
@@ -462,7 +484,7 @@ impl Engine {
         let Some(path) = path.to_str() else {
             return Ok(None);
         };
-        let ctx = Self::session();
+        let ctx = Self::file_session();
         let options = datafusion::prelude::ParquetReadOptions::default();
         ctx.register_parquet("spans", path, options).await?;
         let schema = ctx.table("spans").await?.schema().as_arrow().clone();
@@ -485,7 +507,7 @@ impl Engine {
 
     /// A session with only `spans`: what a query that reads nothing else needs.
     pub fn spans_context(spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
-        let ctx = Self::session();
+        let ctx = Self::file_session();
         register(&ctx, "spans", spans.schema(), vec![spans])?;
         Ok(ctx)
     }
@@ -689,6 +711,24 @@ mod tests {
         assert_eq!(again.span_range, first.span_range);
         for ((name, a), (_, b)) in first.tables.iter().zip(&again.tables) {
             assert_eq!(a.rows(), b.rows(), "{name}");
+        }
+    }
+
+    /// The live engine (one thread) plans no repartitioning, which on two partitions
+    /// copied each input to run nowhere in parallel.
+    #[tokio::test]
+    async fn one_thread_plans_no_repartitioning() {
+        let (spans, _) = encode_request(&Conventions::default(), &retry_fixture());
+        let engine = Engine::default().on_one_thread();
+        engine.analyse(spans).await.unwrap();
+        let Some(plans) = engine.plans.plans.get() else {
+            panic!("analysing plans the queries");
+        };
+        for (name, plan) in plans.plans() {
+            let text = datafusion::physical_plan::displayable(plan.as_ref())
+                .indent(false)
+                .to_string();
+            assert!(!text.contains("RepartitionExec"), "{name}:\n{text}");
         }
     }
 }

@@ -295,6 +295,8 @@ impl LiveAnalysis {
         // The operators' hash tables are bounded by the pool; the chunk size bounds the
         // rest of the working set (see MemoryBudget::chunk_bytes).
         let chunk_bytes = budget.chunk_bytes();
+        // The worker runs on one thread (see LiveAnalysis::spawn).
+        let engine = engine.on_one_thread();
         let engine = if share < usize::MAX / 16 {
             engine.with_memory_limit(share / 2)
         } else {

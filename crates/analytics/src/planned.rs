@@ -243,6 +243,15 @@ impl Plans {
             .collect()
     }
 
+    /// Every query's physical plan, derived tables first.
+    #[cfg(test)]
+    pub(crate) fn plans(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn ExecutionPlan>)> {
+        self.derived
+            .iter()
+            .chain(&self.partials)
+            .map(|p| (p.query.name, &p.plan))
+    }
+
     /// Drop every batch held, so nothing outlives its analysis.
     pub(crate) fn clear(&self) {
         for (_, slot) in &self.slots {
