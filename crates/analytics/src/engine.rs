@@ -20,8 +20,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use stormglass_assembly::TraceIdHash;
 use stormglass_model::SPANS_SCHEMA;
+use stormglass_model::hash::KeyedHash;
 use stormglass_model::schema as col;
 
 use crate::clock::{self, ClockBounds};
@@ -138,7 +138,7 @@ impl Partials {
         let ids = spans
             .column_by_name(col::TRACE_ID)
             .and_then(|c| c.as_fixed_size_binary_opt());
-        let mut traces = std::collections::HashSet::with_hasher(TraceIdHash::default());
+        let mut traces = std::collections::HashSet::with_hasher(KeyedHash::default());
         for id in ids.into_iter().flatten().flatten() {
             traces.insert(id);
         }

@@ -94,7 +94,7 @@ pub fn without_duplicates(batch: RecordBatch) -> (RecordBatch, usize) {
     };
     let mut seen = std::collections::HashSet::with_capacity_and_hasher(
         batch.num_rows(),
-        stormglass_assembly::TraceIdHash::default(),
+        stormglass_model::hash::KeyedHash::default(),
     );
     let keep: Vec<u32> = (0..batch.num_rows())
         .filter(|&row| seen.insert((traces.value(row), spans.value(row))))

@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use crate::clock::{self, Bound, ClockBounds};
-use stormglass_assembly::TraceIdHash;
+use stormglass_model::hash::KeyedHash;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Float64Array, Int32Array,
@@ -207,8 +207,8 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     // span for the whole lineage.
     // Keyed by ids clients choose: the assembly's keyed hash, a fraction of SipHash's cost
     // (SipHash was ~9% of an offline analysis, `perf record`).
-    let mut index: HashMap<(u128, u64), usize, TraceIdHash> =
-        HashMap::with_capacity_and_hasher(rows, TraceIdHash::default());
+    let mut index: HashMap<(u128, u64), usize, KeyedHash> =
+        HashMap::with_capacity_and_hasher(rows, KeyedHash::default());
     for row in 0..rows {
         index.insert((trace_int(trace, row), span_int(span, row)), row);
     }

@@ -33,6 +33,7 @@ use stormglass_assembly::duration;
 use stormglass_assembly::{ReleasedTraces, TraceSink};
 use stormglass_ingest::health::{error_chain, panic_message};
 use stormglass_ingest::{Health, MemoryBudget, Reservation};
+use stormglass_model::hash::KeyedHash;
 use stormglass_model::{SPANS_SCHEMA, schema};
 use tokio::sync::{Notify, watch};
 
@@ -808,8 +809,8 @@ fn restore_buckets(
     ) else {
         unreachable!("spans follow SPANS_SCHEMA");
     };
-    let mut by_trace: std::collections::HashMap<&[u8], (i64, Vec<u32>)> =
-        std::collections::HashMap::new();
+    let mut by_trace: std::collections::HashMap<&[u8], (i64, Vec<u32>), KeyedHash> =
+        std::collections::HashMap::default();
     for row in 0..spans.num_rows() {
         let entry = by_trace
             .entry(traces.value(row))

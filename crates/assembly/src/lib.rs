@@ -33,7 +33,6 @@
 
 mod config;
 pub mod duration;
-mod ids;
 mod metrics;
 pub mod sink;
 
@@ -59,7 +58,7 @@ pub use config::AssemblyConfig;
 pub use metrics::{AssemblyMetrics, ReleaseReason};
 pub use sink::{MemorySink, ReleasedTraces, TraceSink};
 
-pub use ids::TraceIdHash;
+use stormglass_model::hash::KeyedHash;
 
 type TraceId = [u8; 16];
 
@@ -90,7 +89,7 @@ const MAX_CHUNK_BYTES: usize = 256 << 20;
 pub struct Assembly {
     config: AssemblyConfig,
     shards: Vec<Mutex<Shard>>,
-    hash: TraceIdHash,
+    hash: KeyedHash,
     metrics: AssemblyMetrics,
     sink: Arc<dyn TraceSink>,
     budget: MemoryBudget,
@@ -122,7 +121,7 @@ impl Drop for StoredBatch {
 type Row = (Arc<StoredBatch>, u32);
 
 struct Shard {
-    traces: HashMap<TraceId, OpenTrace, TraceIdHash>,
+    traces: HashMap<TraceId, OpenTrace, KeyedHash>,
     /// (last activity, id) in time order; an entry is stale once the trace saw later activity.
     idle: VecDeque<(Instant, TraceId)>,
     /// (first arrival, id) in time order.
@@ -131,7 +130,7 @@ struct Shard {
     full: Vec<TraceId>,
     /// Released trace ids in two generations; when the newer is full, the older is
     /// forgotten and the newer takes its place.
-    released: [HashSet<TraceId, TraceIdHash>; 2],
+    released: [HashSet<TraceId, KeyedHash>; 2],
     /// Ids per generation: the shard's part of `assembly.released_ids`, halved.
     ids_per_generation: usize,
 }
@@ -141,7 +140,7 @@ struct OpenTrace {
     last_seen: Instant,
     rows: Vec<Row>,
     /// Span ids of `rows`, once the trace is too long to scan them (see [`SCAN_SPANS`]).
-    span_ids: Option<HashSet<u64, TraceIdHash>>,
+    span_ids: Option<HashSet<u64, KeyedHash>>,
     /// Arrow bytes of its rows, estimated from their batches' average row.
     bytes: usize,
 }
@@ -159,7 +158,7 @@ impl Assembly {
         };
         metrics.limit(config.max_spans, released_ids);
         let ids_per_generation = (released_ids / SHARDS / 2).max(1);
-        let hash = TraceIdHash::default();
+        let hash = KeyedHash::default();
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
@@ -558,7 +557,7 @@ impl SpanSink for Assembly {
 
 impl OpenTrace {
     /// Record `span` as held; false when the trace already holds it.
-    fn insert_span_id(&mut self, span: u64, hash: TraceIdHash) -> bool {
+    fn insert_span_id(&mut self, span: u64, hash: KeyedHash) -> bool {
         if let Some(ids) = &mut self.span_ids {
             return ids.insert(span);
         }

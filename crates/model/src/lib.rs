@@ -4,6 +4,7 @@
 
 pub mod conventions;
 pub mod encode;
+pub mod hash;
 pub mod outcome;
 pub mod sampling;
 pub mod schema;

@@ -1,52 +1,53 @@
-//! Hashing of trace ids for the assembly's maps, and of trace and span ids for the
-//! analysis's (the lineage's parent index, the offline duplicate check).
+//! The hash of every map keyed by what clients send: trace ids in the assembly's maps,
+//! trace and span ids in the analysis's (the lineage's parent index, the offline duplicate
+//! check, the live chunking), attribute names in the encoder's alias table.
 //!
 //! Every accepted span is looked up by its trace id in the open-trace map and in both
-//! generations of released ids, so the hash runs three times per span. std's SipHash-1-3
-//! took ~4% of the collector's CPU under load (`perf record`, issue 6). Trace ids are 16
-//! bytes, random by W3C Trace Context, but chosen by clients: this hash is keyed with a
-//! random seed per process and ends with a full avalanche (murmur3's fmix64), so every bit
-//! of the id reaches the bucket bits and colliding ids cannot be precomputed.
+//! generations of released ids, so the hash runs three times per span, and once per
+//! attribute. std's SipHash-1-3 took ~4% of the collector's CPU under load (`perf record`,
+//! issue 6). Ids are random by W3C Trace Context, but chosen by clients: this hash is
+//! keyed with a random seed per process and ends with a full avalanche (murmur3's fmix64),
+//! so every bit of a key reaches the bucket bits and colliding keys cannot be precomputed.
 
 use std::hash::{BuildHasher, Hasher};
 
-/// Builds [`TraceIdHasher`]s sharing one random seed.
+/// Builds [`KeyedHasher`]s sharing one random seed.
 #[derive(Clone, Copy, Debug)]
-pub struct TraceIdHash {
+pub struct KeyedHash {
     seed: u64,
 }
 
-impl Default for TraceIdHash {
+impl Default for KeyedHash {
     fn default() -> Self {
-        TraceIdHash {
+        KeyedHash {
             seed: std::hash::RandomState::new().hash_one(0x5eed_u64),
         }
     }
 }
 
-impl BuildHasher for TraceIdHash {
-    type Hasher = TraceIdHasher;
+impl BuildHasher for KeyedHash {
+    type Hasher = KeyedHasher;
 
-    fn build_hasher(&self) -> TraceIdHasher {
-        TraceIdHasher { state: self.seed }
+    fn build_hasher(&self) -> KeyedHasher {
+        KeyedHasher { state: self.seed }
     }
 }
 
 /// Multiply-rotate over 8-byte words, fmix64 at the end.
 #[derive(Clone, Copy, Debug)]
-pub struct TraceIdHasher {
+pub struct KeyedHasher {
     state: u64,
 }
 
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
-impl TraceIdHasher {
+impl KeyedHasher {
     fn mix(&mut self, word: u64) {
         self.state = (self.state ^ word).wrapping_mul(K).rotate_left(31);
     }
 }
 
-impl Hasher for TraceIdHasher {
+impl Hasher for KeyedHasher {
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for chunk in &mut chunks {
@@ -99,7 +100,7 @@ mod tests {
     #[test]
     fn every_bit_reaches_the_bucket_bits() {
         const TRIALS: u32 = 256;
-        let hash = TraceIdHash::default();
+        let hash = KeyedHash::default();
         let as_bytes = |id: [u8; 16]| hash.hash_one(id);
         let as_integer = |id: [u8; 16]| hash.hash_one(u128::from_le_bytes(id));
         for (form, hash_of) in [
@@ -137,7 +138,7 @@ mod tests {
         let id = [0x5au8; 16];
         assert_eq!(hash.hash_one(id), hash.clone().hash_one(id));
         assert_ne!(
-            TraceIdHash::default().hash_one(id),
+            KeyedHash::default().hash_one(id),
             hash.hash_one(id),
             "seeded"
         );
