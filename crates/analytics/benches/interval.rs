@@ -1,7 +1,7 @@
 //! Analysing one interval of ~1 M spans as the live path does, in chunks of whole traces
-//! with one engine on one thread: the time `Engine::analyse` (lineage + every derived table + partials)
-//! takes over every chunk, and the report merge, as a fraction of the default 10 s
-//! `analytics.interval` they must fit in.
+//! with one engine on one thread: the time `Engine::analyse` (lineage + every derived
+//! table + partials) takes over every chunk, and the report merge, as a fraction of the
+//! default 10 s `analytics.interval` they must fit in.
 //!
 //! Run: `cargo bench -p stormglass-analytics --bench interval` (add `-- 200000` for another
 //! span count, `-- 1000000 0` for one batch). Prints one table; nothing is asserted.

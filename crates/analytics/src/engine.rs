@@ -107,6 +107,16 @@ pub enum AnalysisError {
     },
 }
 
+impl AnalysisError {
+    /// Query (or table) `name` failed with `source`, a DataFusion or Arrow error.
+    pub fn query(name: &str, source: impl Into<DataFusionError>) -> AnalysisError {
+        AnalysisError::Query {
+            name: name.to_owned(),
+            source: source.into(),
+        }
+    }
+}
+
 /// A materialised table: its schema (kept even when empty) and batches.
 #[derive(Clone, Debug)]
 pub struct Table {
@@ -629,10 +639,7 @@ fn window_servers(servers: &[String]) -> RecordBatch {
 
 /// Run one registered query to completion.
 pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisError> {
-    let failed = |source| AnalysisError::Query {
-        name: query.name.to_owned(),
-        source,
-    };
+    let failed = |source| AnalysisError::query(query.name, source);
     let started = std::time::Instant::now();
     let frame = ctx.sql(query.sql).await.map_err(failed)?;
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
@@ -652,10 +659,7 @@ pub(crate) fn timed(what: &str, started: std::time::Instant) {
 
 /// Read a materialised table of a session.
 pub async fn table(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
-    let failed = |source| AnalysisError::Query {
-        name: name.to_owned(),
-        source,
-    };
+    let failed = |source| AnalysisError::query(name, source);
     let frame = ctx.table(name).await.map_err(failed)?;
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
     let batches = frame.collect().await.map_err(failed)?;
@@ -672,14 +676,10 @@ fn register(
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<(), AnalysisError> {
-    let failed = |source| AnalysisError::Query {
-        name: name.to_owned(),
-        source,
-    };
-    let arrow_failed = |e| failed(DataFusionError::ArrowError(Box::new(e), None));
+    let failed = |source| AnalysisError::query(name, source);
     let base = batches.first().map_or(schema, RecordBatch::schema);
     let relaxed = planned::relaxed(&base);
-    let batches = planned::conform(&relaxed, batches).map_err(arrow_failed)?;
+    let batches = planned::conform(&relaxed, batches).map_err(|e| AnalysisError::query(name, e))?;
     let table = MemTable::try_new(relaxed, vec![batches]).map_err(failed)?;
     ctx.register_table(name, Arc::new(table)).map_err(failed)?;
     Ok(())

@@ -205,8 +205,8 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     let rows = spans.num_rows();
     // Ids as integers (big-endian, so they order like their bytes); one parent lookup per
     // span for the whole lineage.
-    // Keyed by ids clients choose: the assembly's keyed hash, a fraction of SipHash's cost
-    // (SipHash was ~9% of an offline analysis, `perf record`).
+    // Keyed by ids clients choose: the keyed hash, a fraction of SipHash's cost (SipHash
+    // was ~9% of an offline analysis, `perf record`).
     let mut index: HashMap<(u128, u64), usize, KeyedHash> =
         HashMap::with_capacity_and_hasher(rows, KeyedHash::default());
     for row in 0..rows {

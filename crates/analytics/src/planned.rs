@@ -24,7 +24,6 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::error::ArrowError;
 use datafusion::catalog::streaming::StreamingTable;
-use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::streaming::PartitionStream;
@@ -128,7 +127,7 @@ impl Planned {
     async fn new(ctx: &SessionContext, query: &'static Query) -> Result<Planned, AnalysisError> {
         let plan = async { ctx.sql(query.sql).await?.create_physical_plan().await }
             .await
-            .map_err(|source| query_failed(query.name, source))?;
+            .map_err(|source| AnalysisError::query(query.name, source))?;
         Ok(Planned { query, plan })
     }
 
@@ -137,19 +136,12 @@ impl Planned {
         let batches =
             async { collect(reset_plan_states(self.plan.clone())?, ctx.task_ctx()).await }
                 .await
-                .map_err(|source| query_failed(self.query.name, source))?;
+                .map_err(|source| AnalysisError::query(self.query.name, source))?;
         crate::engine::timed(self.query.name, started);
         Ok(Table {
             schema: self.plan.schema(),
             batches,
         })
-    }
-}
-
-fn query_failed(name: &str, source: DataFusionError) -> AnalysisError {
-    AnalysisError::Query {
-        name: name.to_owned(),
-        source,
     }
 }
 
@@ -208,7 +200,7 @@ impl Plans {
             unreachable!("every input is planned: {name}");
         };
         slot.fill(batches)
-            .map_err(|e| query_failed(name, DataFusionError::ArrowError(Box::new(e), None)))
+            .map_err(|e| AnalysisError::query(name, e))
     }
 
     /// Materialise every derived table of the inputs held.
@@ -216,12 +208,8 @@ impl Plans {
         let outputs = &self.slots[self.slots.len() - self.derived.len()..];
         for (planned, (_, slot)) in self.derived.iter().zip(outputs) {
             let table = planned.run(&self.ctx).await?;
-            slot.fill(table.batches).map_err(|e| {
-                query_failed(
-                    planned.query.name,
-                    DataFusionError::ArrowError(Box::new(e), None),
-                )
-            })?;
+            slot.fill(table.batches)
+                .map_err(|e| AnalysisError::query(planned.query.name, e))?;
         }
         Ok(())
     }
@@ -263,8 +251,8 @@ impl Plans {
 fn register(ctx: &SessionContext, name: &str, schema: &Schema) -> Result<Slot, AnalysisError> {
     let slot = Slot::new(schema);
     let table = StreamingTable::try_new(slot.schema.clone(), vec![Arc::new(slot.clone())])
-        .map_err(|source| query_failed(name, source))?;
+        .map_err(|source| AnalysisError::query(name, source))?;
     ctx.register_table(name, Arc::new(table))
-        .map_err(|source| query_failed(name, source))?;
+        .map_err(|source| AnalysisError::query(name, source))?;
     Ok(slot)
 }

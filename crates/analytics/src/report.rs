@@ -399,16 +399,9 @@ pub async fn register_storm_potential(
         )),
         Arc::new(Float64Array::from_iter_values(entries.iter().map(value))),
     ];
-    let failed = |source| AnalysisError::Query {
-        name: "storm_potential".to_owned(),
-        source,
-    };
-    let batch = RecordBatch::try_new(schema, columns).map_err(|e| {
-        failed(datafusion::error::DataFusionError::ArrowError(
-            Box::new(e),
-            None,
-        ))
-    })?;
+    let failed = |source| AnalysisError::query("storm_potential", source);
+    let batch = RecordBatch::try_new(schema, columns)
+        .map_err(|e| AnalysisError::query("storm_potential", e))?;
     ctx.register_batch("storm_potential", batch)
         .map_err(failed)?;
     Ok(())

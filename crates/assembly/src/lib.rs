@@ -3,9 +3,9 @@
 //! Data flow: receivers hand encoded batches to [`Assembly`] (it is their `SpanSink`).
 //! A batch is first put in the held form ([`stormglass_model::hold`]: only the columns the
 //! analysis reads, the repetitive strings dictionary-encoded), its memory is reserved
-//! against the process's budget (`limits.memory`), and it is stored once, shared by the rows of the traces it holds: each
-//! open trace keeps `(batch, row)` pairs, and a batch is freed, its reservation returned,
-//! with the last row pointing into it.
+//! against the process's budget (`limits.memory`), and it is stored once, shared by the
+//! rows of the traces it holds: each open trace keeps `(batch, row)` pairs, and a batch is
+//! freed, its reservation returned, with the last row pointing into it.
 //!
 //! Open traces live in [`SHARDS`] shards chosen by trace id, each behind its own lock, so
 //! receivers storing different traces do not wait on one another. Each shard keeps two
