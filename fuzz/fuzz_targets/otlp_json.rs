@@ -12,6 +12,6 @@ fuzz_target!(|data: &[u8]| {
         opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
     >(data)
     {
-        check::encode(&request);
+        check::encode_both(&stormglass_model::wire::from_proto(&request));
     }
 });

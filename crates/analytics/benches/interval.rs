@@ -227,7 +227,7 @@ fn main() {
                 .map(|(s, v)| (s.as_str(), v.clone()))
                 .collect(),
         );
-        builder.append_request(&req);
+        builder.append_request(&stormglass_model::wire::from_proto(&req));
         // Whole traces per chunk, as the live path cuts them.
         if chunk > 0 && builder.len() >= chunk {
             let (spans, _) =

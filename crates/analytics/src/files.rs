@@ -126,7 +126,7 @@ fn encode(
 ) {
     let mut builder = SpanBatchBuilder::new(conventions);
     for request in requests {
-        builder.append_request(request);
+        builder.append_request(&stormglass_model::wire::from_proto(request));
     }
     let (batch, report) = builder.finish();
     summary.rejected_spans += report.rejected;

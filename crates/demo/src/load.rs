@@ -423,9 +423,11 @@ impl Sender {
     }
 }
 
-/// The floor every OTLP receiver pays: decoding the payloads with prost on this thread
-/// for `duration`, and, for comparison, decoding and encoding them to Arrow as stormglass
-/// does. Returns spans per CPU-second of each.
+/// The floor every OTLP receiver pays: decoding the payloads with prost into
+/// `opentelemetry_proto`'s types on this thread for `duration`, and, for comparison,
+/// decoding and encoding them to Arrow as stormglass's live path does (its lean messages
+/// over one copy of the request, as tonic's buffer holds it, then the lean encoding).
+/// Returns spans per CPU-second of each.
 pub fn decode_floor(payloads: &Payloads, duration: Duration) -> DecodeReport {
     let conventions = stormglass_model::Conventions::default();
     let decode_only = per_cpu_second(payloads, duration, |bytes| {
@@ -434,8 +436,8 @@ pub fn decode_floor(payloads: &Payloads, duration: Duration) -> DecodeReport {
             .unwrap_or(0);
     });
     let decode_and_encode = per_cpu_second(payloads, duration, |bytes| {
-        if let Ok(request) = ExportTraceServiceRequest::decode(bytes) {
-            let (batch, _) = stormglass_model::encode_request(&conventions, &request);
+        if let Ok(request) = stormglass_model::wire::decode(bytes::Bytes::copy_from_slice(bytes)) {
+            let (batch, _) = stormglass_model::encode_lean(&conventions, &request);
             std::hint::black_box(batch);
         }
     });

@@ -1,4 +1,9 @@
-//! OTLP/gRPC receiver: the generated `TraceService` served by tonic, accepting gzip and zstd.
+//! OTLP/gRPC receiver: the OTLP `TraceService` served by tonic, accepting gzip and zstd.
+//!
+//! The service is written here rather than taken from `opentelemetry_proto`'s generated
+//! `TraceServiceServer` only to decode into [`stormglass_model::wire`]'s messages (strings
+//! borrowed from the request buffer, unread fields skipped); it does what the generated
+//! one does, with tonic's own `Grpc` and prost codec.
 //!
 //! tonic decodes before our handler runs, and answers two request errors itself with codes
 //! OTLP does not use: an undecodable message is `INTERNAL` and an uncompressed message over
@@ -10,17 +15,13 @@
 //! the body (bounded by the size limit), reserves memory for it, and only then lets tonic
 //! decode. A refusal is answered there, trailers-only, without decoding anything.
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use std::future::Future;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use std::future::{Future, Ready, ready};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body_util::{BodyExt, Full, Limited};
+use stormglass_model::wire::ExportRequest;
 use tonic::codec::CompressionEncoding;
 use tonic::codegen::http::{self, HeaderValue};
 use tonic::{Request, Response, Status};
@@ -30,31 +31,80 @@ use crate::error::IngestError;
 use crate::metrics::{IngestMetrics, Transport};
 use crate::sink::Pipeline;
 
-/// The gRPC handler: decoding is tonic's, the rest is the shared pipeline.
-pub struct TraceReceiver {
+/// The gRPC path of OTLP's one trace method.
+const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// The OTLP trace service: decoding is tonic's, the rest is the shared pipeline.
+#[derive(Clone)]
+pub struct TraceService {
     pipeline: Pipeline,
+    max_request_bytes: usize,
 }
 
-#[tonic::async_trait]
-impl TraceService for TraceReceiver {
-    async fn export(
-        &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.pipeline
-            .export(Transport::Grpc, request.get_ref())
-            .map(Response::new)
-            .map_err(|e| e.grpc_status())
+impl tonic::server::NamedService for TraceService {
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+/// The service with compression and the size limit (which tonic applies to the
+/// decompressed message as well).
+pub fn service(pipeline: Pipeline, max_request_bytes: usize) -> TraceService {
+    TraceService {
+        pipeline,
+        max_request_bytes,
     }
 }
 
-/// The tonic service with compression and the size limit (which tonic applies to the
-/// decompressed message as well).
-pub fn service(pipeline: Pipeline, max_request_bytes: usize) -> TraceServiceServer<TraceReceiver> {
-    TraceServiceServer::new(TraceReceiver { pipeline })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .max_decoding_message_size(max_request_bytes)
+impl tower::Service<http::Request<tonic::body::Body>> for TraceService {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if request.uri().path() != EXPORT {
+            let status = Status::unimplemented(format!("no method {}", request.uri().path()));
+            return Box::pin(ready(Ok(status.into_http())));
+        }
+        let export = Export(self.pipeline.clone());
+        let max = self.max_request_bytes;
+        Box::pin(async move {
+            let codec =
+                tonic_prost::ProstCodec::<ExportTraceServiceResponse, ExportRequest>::default();
+            let mut grpc = tonic::server::Grpc::new(codec)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd)
+                .max_decoding_message_size(max);
+            Ok(grpc.unary(export, request).await)
+        })
+    }
+}
+
+/// One `Export` call.
+struct Export(Pipeline);
+
+impl tonic::server::UnaryService<ExportRequest> for Export {
+    type Response = ExportTraceServiceResponse;
+    type Future = Ready<Result<Response<ExportTraceServiceResponse>, Status>>;
+
+    fn call(&mut self, request: Request<ExportRequest>) -> Self::Future {
+        let request = request.get_ref();
+        // prost reads string fields of these messages as bytes: check them as it would have.
+        let checked = request.check_utf8().map_err(|e| {
+            let error = IngestError::Undecodable {
+                format: "gRPC",
+                detail: e.to_string(),
+                source: Some(Box::new(e)),
+            };
+            let metrics = self.0.metrics();
+            metrics.refused_request(Transport::Grpc, error.reason(), &error.to_string());
+            error
+        });
+        let answer = checked.and_then(|()| self.0.export(Transport::Grpc, request));
+        ready(answer.map(Response::new).map_err(|e| e.grpc_status()))
+    }
 }
 
 /// Rewrite tonic's own decode-error answers to OTLP's codes, counting each.

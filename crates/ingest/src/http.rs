@@ -17,6 +17,7 @@ use axum::response::Response;
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
+use stormglass_model::wire::{self, ExportRequest};
 
 use crate::admission::{Admission, Admitted};
 use crate::error::{BodyEncoding, IngestError};
@@ -111,7 +112,7 @@ async fn decode(
     compression: Compression,
     body: Body,
     encoding: BodyEncoding,
-) -> Result<ExportTraceServiceRequest, IngestError> {
+) -> Result<ExportRequest, IngestError> {
     let limit = state.admission.max_request_bytes();
     let read = async {
         axum::body::to_bytes(body, limit).await.map_err(|e| {
@@ -135,23 +136,23 @@ async fn decode(
     }
     let bytes = compression.decompress(raw, limit)?;
     if bytes.is_empty() {
-        return Ok(ExportTraceServiceRequest::default());
+        return Ok(ExportRequest::default());
     }
     match encoding {
-        BodyEncoding::Protobuf => {
-            ExportTraceServiceRequest::decode(bytes).map_err(|e| IngestError::Undecodable {
-                format: "protobuf",
-                detail: e.to_string(),
-                source: Some(Box::new(e)),
-            })
-        }
-        BodyEncoding::Json => {
-            serde_json::from_slice(&bytes).map_err(|e| IngestError::Undecodable {
+        BodyEncoding::Protobuf => wire::decode(bytes).map_err(|e| IngestError::Undecodable {
+            format: "protobuf",
+            detail: e.to_string(),
+            source: Some(Box::new(e)),
+        }),
+        // OTLP/JSON is read with opentelemetry_proto's serde types, then takes the one
+        // decoded form the encoder reads.
+        BodyEncoding::Json => serde_json::from_slice::<ExportTraceServiceRequest>(&bytes)
+            .map(|request| wire::from_proto(&request))
+            .map_err(|e| IngestError::Undecodable {
                 format: "JSON",
                 detail: e.to_string(),
                 source: Some(Box::new(e)),
-            })
-        }
+            }),
     }
 }
 

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
 use stormglass_model::Conventions;
+use stormglass_model::wire::ExportRequest;
 
 use crate::error::{IngestError, Overload};
 use crate::metrics::{IngestMetrics, Transport};
@@ -67,12 +68,12 @@ impl Pipeline {
     pub fn export(
         &self,
         transport: Transport,
-        request: &ExportTraceServiceRequest,
+        request: &ExportRequest,
     ) -> Result<ExportTraceServiceResponse, IngestError> {
         let (batch, report) = if self.lean {
-            stormglass_model::encode_request_lean(&self.conventions, request)
+            stormglass_model::encode_lean(&self.conventions, request)
         } else {
-            stormglass_model::encode_request(&self.conventions, request)
+            stormglass_model::encode(&self.conventions, request)
         };
         self.metrics.encoded(transport, &report);
         let spans = batch.num_rows() as u64;

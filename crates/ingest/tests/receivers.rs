@@ -416,6 +416,33 @@ async fn undecodable_grpc_message_is_invalid_argument() {
     h.assert_still_serving().await;
 }
 
+/// A string that is not UTF-8 sent over gRPC gets INVALID_ARGUMENT, counted as undecodable,
+/// with nothing stored (the receiver decodes strings as bytes and checks them itself).
+#[tokio::test]
+async fn invalid_utf8_over_grpc_is_invalid_argument() {
+    let h = Harness::start().await;
+    let mut body =
+        request(vec![("svc", vec![span(1, 1, "XXXX", 2, 0, 1, vec![])])]).encode_to_vec();
+    let at = body.windows(4).position(|w| w == b"XXXX").unwrap();
+    body[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xc0, 0x80]);
+    let (mut grpc, path) = h.raw_grpc().await;
+    let status = grpc
+        .unary::<Vec<u8>, Vec<u8>, RawCodec>(tonic::Request::new(body), path, RawCodec)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("Span.name"), "{status:?}");
+    assert_eq!(
+        h.counter(
+            "stormglass_receiver_refused_requests_total",
+            &[("transport", "grpc"), ("reason", "undecodable")]
+        ),
+        1
+    );
+    assert!(h.sink.take().is_empty());
+    h.assert_still_serving().await;
+}
+
 /// Over the memory bound: retryable 503 + Retry-After and UNAVAILABLE; nothing stored.
 #[tokio::test]
 async fn full_pipeline_answers_retryable() {

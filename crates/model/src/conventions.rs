@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use crate::hash::KeyedHash;
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value::Value};
+use crate::wire::{AnyValue, Value, text};
 
 /// A concept of the input contract. Each maps to one or more normalised columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -273,8 +273,8 @@ pub fn as_i64(value: &AnyValue) -> Option<i64> {
         Value::IntValue(i) => Some(*i),
         Value::DoubleValue(d) if d.fract() == 0.0 && d.is_finite() => Some(*d as i64),
         // "3" and "3.0" (SDKs that stringify every attribute, or record numbers as doubles).
-        Value::StringValue(s) => s.trim().parse().ok().or_else(|| {
-            let d: f64 = s.trim().parse().ok()?;
+        Value::StringValue(s) => text(s).trim().parse().ok().or_else(|| {
+            let d: f64 = text(s).trim().parse().ok()?;
             (d.fract() == 0.0 && d.is_finite() && d.abs() < 9.0e15).then_some(d as i64)
         }),
         _ => None,
@@ -285,7 +285,7 @@ pub fn as_i64(value: &AnyValue) -> Option<i64> {
 pub fn as_bool(value: &AnyValue) -> Option<bool> {
     match scalar(value)? {
         Value::BoolValue(b) => Some(*b),
-        Value::StringValue(s) => match s.trim().to_ascii_lowercase().as_str() {
+        Value::StringValue(s) => match text(s).trim().to_ascii_lowercase().as_str() {
             "true" | "1" => Some(true),
             "false" | "0" => Some(false),
             _ => None,
@@ -299,7 +299,7 @@ pub fn as_bool(value: &AnyValue) -> Option<bool> {
 /// A string value (strings only: a number is not a name).
 pub fn as_str(value: &AnyValue) -> Option<&str> {
     match scalar(value)? {
-        Value::StringValue(s) => Some(s.as_str()),
+        Value::StringValue(s) => Some(text(s)),
         _ => None,
     }
 }
@@ -311,7 +311,7 @@ pub fn as_budget_ms(value: &AnyValue) -> Option<f64> {
     let ms = match scalar(value)? {
         Value::IntValue(i) => *i as f64,
         Value::DoubleValue(d) => *d,
-        Value::StringValue(s) => parse_duration_ms(s)?,
+        Value::StringValue(s) => parse_duration_ms(text(s))?,
         _ => return None,
     };
     (ms.is_finite() && ms >= 0.0).then_some(ms)
@@ -367,7 +367,7 @@ fn parse_grpc_timeout_ms(s: &str) -> Option<f64> {
 /// their usual form, bytes as lower-case hex, arrays and key-value lists as JSON.
 pub fn render(value: &AnyValue) -> Option<String> {
     match value.value.as_ref()? {
-        Value::StringValue(s) => Some(s.clone()),
+        Value::StringValue(s) => Some(text(s).to_owned()),
         Value::BoolValue(b) => Some(b.to_string()),
         Value::IntValue(i) => Some(i.to_string()),
         Value::DoubleValue(d) => Some(d.to_string()),
@@ -380,7 +380,7 @@ fn to_json(value: &AnyValue) -> serde_json::Value {
     use serde_json::Value as J;
     match value.value.as_ref() {
         None => J::Null,
-        Some(Value::StringValue(s)) => J::String(s.clone()),
+        Some(Value::StringValue(s)) => J::String(text(s).to_owned()),
         Some(Value::BoolValue(b)) => J::Bool(*b),
         Some(Value::IntValue(i)) => J::from(*i),
         Some(Value::DoubleValue(d)) => J::from(*d),
@@ -391,12 +391,10 @@ fn to_json(value: &AnyValue) -> serde_json::Value {
                 .iter()
                 .map(|kv| {
                     let v = kv.value.as_ref().map_or(J::Null, to_json);
-                    (kv.key.clone(), v)
+                    (text(&kv.key).to_owned(), v)
                 })
                 .collect(),
         ),
-        // String-table references only appear in profiles, never in trace spans.
-        Some(_) => J::Null,
     }
 }
 
@@ -414,11 +412,13 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::common::v1::ArrayValue;
+    use crate::wire::ArrayValue;
 
     fn s(v: &str) -> AnyValue {
         AnyValue {
-            value: Some(Value::StringValue(v.into())),
+            value: Some(Value::StringValue(bytes::Bytes::copy_from_slice(
+                v.as_bytes(),
+            ))),
         }
     }
     fn i(v: i64) -> AnyValue {
@@ -483,7 +483,7 @@ mod tests {
         };
         assert_eq!(render(&arr).as_deref(), Some(r#"["a",1]"#));
         let bytes = AnyValue {
-            value: Some(Value::BytesValue(vec![0xab, 0x01])),
+            value: Some(Value::BytesValue(vec![0xab, 0x01].into())),
         };
         assert_eq!(render(&bytes).as_deref(), Some("ab01"));
     }

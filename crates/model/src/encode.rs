@@ -1,7 +1,7 @@
 //! OTLP -> Arrow: append decoded OTLP spans straight into the builders of [`SPANS_SCHEMA`].
 //!
-//! Data flow: a receiver decodes an `ExportTraceServiceRequest` (prost or OTLP/JSON), hands it
-//! to [`SpanBatchBuilder::append_request`], and calls [`SpanBatchBuilder::finish`] to get one
+//! Data flow: a receiver decodes an `ExportTraceServiceRequest` into [`crate::wire`]'s messages
+//! (strings borrowed from the request buffer), hands it to [`SpanBatchBuilder::append_request`], and calls [`SpanBatchBuilder::finish`] to get one
 //! `RecordBatch` plus an [`EncodeReport`]. Each span is validated before any column is
 //! touched, so a rejected span leaves no partial row; the report carries the count and the
 //! first reason, which become the OTLP partial-success answer.
@@ -18,8 +18,9 @@ use arrow::array::{
     Int64Builder, MapBuilder, MapFieldNames, RecordBatch, StringBuilder,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
-use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::StatusCode};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
+
+use crate::wire::{self, AnyValue, ExportRequest, KeyValue, Span, Value, text};
 
 use crate::conventions::{self, Concept, Conventions};
 use crate::outcome::{Outcome, OutcomeSignals};
@@ -141,7 +142,7 @@ impl<'c> SpanBatchBuilder<'c> {
     /// left up to twice as large as their contents by growth: fixed-width columns get
     /// exactly `spans` rows, strings their exact or typical byte counts. Held spans cost
     /// memory in assembly for as long as their trace is open.
-    pub fn for_request(conventions: &'c Conventions, request: &ExportTraceServiceRequest) -> Self {
+    pub fn for_request(conventions: &'c Conventions, request: &ExportRequest) -> Self {
         let count = spans_of(request).count();
         let mut builder = Self::with_capacity(conventions, count);
         let names: usize = spans_of(request).map(|s| s.name.len()).sum();
@@ -213,10 +214,7 @@ impl<'c> SpanBatchBuilder<'c> {
     /// empty, status messages null, attribute maps empty ([`crate::schema::lean`]'s form,
     /// without building the columns first). The live path holds spans this way; files
     /// keep them whole.
-    pub fn lean_for_request(
-        conventions: &'c Conventions,
-        request: &ExportTraceServiceRequest,
-    ) -> Self {
+    pub fn lean_for_request(conventions: &'c Conventions, request: &ExportRequest) -> Self {
         let mut builder = Self::for_request(conventions, request);
         builder.lean = true;
         builder.span_name = StringBuilder::with_capacity(spans_of(request).count(), 0);
@@ -224,7 +222,7 @@ impl<'c> SpanBatchBuilder<'c> {
     }
 
     /// Append every span of a request; invalid spans are counted, not appended.
-    pub fn append_request(&mut self, request: &ExportTraceServiceRequest) {
+    pub fn append_request(&mut self, request: &ExportRequest) {
         for resource_spans in &request.resource_spans {
             let service = resource_spans
                 .resource
@@ -261,7 +259,7 @@ impl<'c> SpanBatchBuilder<'c> {
         }
         self.service_name.append_value(service);
         self.span_name
-            .append_value(if self.lean { "" } else { &span.name });
+            .append_value(if self.lean { "" } else { text(&span.name) });
         self.kind.append_value(kind_name(span.kind));
         self.start_ns.append_value(start_ns);
         self.end_ns.append_value(end_ns);
@@ -271,12 +269,12 @@ impl<'c> SpanBatchBuilder<'c> {
         self.status_code.append_value(status_name(status_code));
         self.status_message.append_option(
             status
-                .map(|s| s.message.as_str())
+                .map(|s| text(&s.message))
                 .filter(|m| !m.is_empty() && !self.lean),
         );
 
         self.append_contract_columns(span, start_ns, status_code == StatusCode::Error as i32);
-        let weight = crate::sampling::adjusted_count(&span.trace_state)
+        let weight = crate::sampling::adjusted_count(text(&span.trace_state))
             .or_else(|| self.conventions.sampling_weight(service))
             .unwrap_or(1.0);
         self.weight.append_value(weight);
@@ -357,7 +355,7 @@ impl<'c> SpanBatchBuilder<'c> {
             _ => self.operation.append_value(
                 r.str(Concept::Route)
                     .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| strip_grpc_prefix(&span.name)),
+                    .unwrap_or_else(|| strip_grpc_prefix(text(&span.name))),
             ),
         }
         let signals = OutcomeSignals {
@@ -400,7 +398,7 @@ impl<'c> SpanBatchBuilder<'c> {
             if self.lean || r.consumed.contains(&index) {
                 continue;
             }
-            self.attributes.keys().append_value(&kv.key);
+            self.attributes.keys().append_value(text(&kv.key));
             self.attributes
                 .values()
                 .append_option(kv.value.as_ref().and_then(conventions::render));
@@ -460,33 +458,47 @@ impl<'c> SpanBatchBuilder<'c> {
     }
 }
 
-/// Encode a whole request into one batch.
-pub fn encode_request(
-    conventions: &Conventions,
-    request: &ExportTraceServiceRequest,
-) -> (RecordBatch, EncodeReport) {
+/// Encode a whole decoded request into one batch.
+pub fn encode(conventions: &Conventions, request: &ExportRequest) -> (RecordBatch, EncodeReport) {
     let mut builder = SpanBatchBuilder::for_request(conventions, request);
     builder.append_request(request);
     builder.finish()
 }
 
+/// [`encode`] in the lean form the live path holds ([`SpanBatchBuilder::lean_for_request`]).
+pub fn encode_lean(
+    conventions: &Conventions,
+    request: &ExportRequest,
+) -> (RecordBatch, EncodeReport) {
+    let mut builder = SpanBatchBuilder::lean_for_request(conventions, request);
+    builder.append_request(request);
+    builder.finish()
+}
+
+/// [`encode`] for a request built with `opentelemetry_proto`'s types (tests, the synthetic
+/// generator), through its protobuf encoding.
+pub fn encode_request(
+    conventions: &Conventions,
+    request: &ExportTraceServiceRequest,
+) -> (RecordBatch, EncodeReport) {
+    encode(conventions, &wire::from_proto(request))
+}
+
+/// [`encode_lean`] for a request built with `opentelemetry_proto`'s types.
+pub fn encode_request_lean(
+    conventions: &Conventions,
+    request: &ExportTraceServiceRequest,
+) -> (RecordBatch, EncodeReport) {
+    encode_lean(conventions, &wire::from_proto(request))
+}
+
 /// Every span of a request, in order.
-pub fn spans_of(request: &ExportTraceServiceRequest) -> impl Iterator<Item = &Span> {
+pub fn spans_of(request: &ExportRequest) -> impl Iterator<Item = &Span> {
     request
         .resource_spans
         .iter()
         .flat_map(|r| &r.scope_spans)
         .flat_map(|s| &s.spans)
-}
-
-/// [`encode_request`] in the lean form the live path holds ([`SpanBatchBuilder::lean`]).
-pub fn encode_request_lean(
-    conventions: &Conventions,
-    request: &ExportTraceServiceRequest,
-) -> (RecordBatch, EncodeReport) {
-    let mut builder = SpanBatchBuilder::lean_for_request(conventions, request);
-    builder.append_request(request);
-    builder.finish()
 }
 
 /// Check ids and times; returns the times as `i64` nanoseconds.
@@ -527,12 +539,13 @@ fn strip_grpc_prefix(name: &str) -> &str {
 }
 
 fn find_str<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
-    attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
-        match kv.value.as_ref()?.value.as_ref()? {
-            Value::StringValue(s) => Some(s.as_str()),
+    attributes
+        .iter()
+        .find(|kv| kv.key == key.as_bytes())
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(text(s)),
             _ => None,
-        }
-    })
+        })
 }
 
 /// Lower-case span kind name for the `kind` column.
@@ -569,7 +582,7 @@ impl<'a> Reader<'a> {
     fn new(conventions: &Conventions, attrs: &'a [KeyValue], mut consumed: Vec<usize>) -> Self {
         let mut best: [Option<(u8, usize)>; Concept::COUNT] = [None; Concept::COUNT];
         for (index, kv) in attrs.iter().enumerate() {
-            for &(concept, rank) in conventions.roles(&kv.key) {
+            for &(concept, rank) in conventions.roles(text(&kv.key)) {
                 let slot = &mut best[concept as usize];
                 if slot.is_none_or(|(r, _)| rank < r) {
                     *slot = Some((rank, index));

@@ -422,22 +422,19 @@ proptest! {
     #[test]
     fn any_request_encodes_and_round_trips_ids(req in any_request()) {
         let (batch, report) = encode(&req);
-        let spans: Vec<&Span> = req
-            .resource_spans
-            .iter()
-            .flat_map(|r| r.scope_spans.iter().flat_map(|s| s.spans.iter()))
-            .collect();
+        let decoded = wire::from_proto(&req);
+        let spans: Vec<&wire::Span> = spans_of(&decoded).collect();
         prop_assert_eq!(report.accepted + report.rejected, spans.len() as u64);
         prop_assert_eq!(batch.num_rows() as u64, report.accepted);
-        let valid: Vec<&&Span> = spans.iter().filter(|s| validate(s).is_ok()).collect();
+        let valid: Vec<&&wire::Span> = spans.iter().filter(|s| validate(s).is_ok()).collect();
         prop_assert_eq!(valid.len(), batch.num_rows());
         let trace = batch.column_by_name(col::TRACE_ID).unwrap().as_fixed_size_binary();
         let span = batch.column_by_name(col::SPAN_ID).unwrap().as_fixed_size_binary();
         let start = batch.column_by_name(col::START_NS).unwrap().as_primitive::<Int64Type>();
         let end = batch.column_by_name(col::END_NS).unwrap().as_primitive::<Int64Type>();
         for (row, s) in valid.iter().enumerate() {
-            prop_assert_eq!(trace.value(row), s.trace_id.as_slice());
-            prop_assert_eq!(span.value(row), s.span_id.as_slice());
+            prop_assert_eq!(trace.value(row), &s.trace_id[..]);
+            prop_assert_eq!(span.value(row), &s.span_id[..]);
             prop_assert_eq!(start.value(row) as u64, s.start_time_unix_nano);
             prop_assert_eq!(end.value(row) as u64, s.end_time_unix_nano);
         }

@@ -1,6 +1,7 @@
 //! The stormglass data model: one Arrow schema for spans ([`schema`]), the attribute
 //! conventions that normalise what exporters send ([`conventions`]), the outcome classes of
-//! the README ([`outcome`]), and the OTLP -> Arrow encoder ([`encode`]). No I/O lives here.
+//! the README ([`outcome`]), the OTLP request as received ([`wire`]) and the OTLP -> Arrow
+//! encoder ([`mod@encode`]). No I/O lives here.
 
 pub mod conventions;
 pub mod encode;
@@ -10,10 +11,12 @@ pub mod sampling;
 pub mod schema;
 pub mod synth;
 pub mod testing;
+pub mod wire;
 
 pub use conventions::{Concept, Conventions};
 pub use encode::{
-    EncodeReport, SpanBatchBuilder, SpanRejection, encode_request, encode_request_lean,
+    EncodeReport, SpanBatchBuilder, SpanRejection, encode, encode_lean, encode_request,
+    encode_request_lean,
 };
 pub use outcome::Outcome;
 pub use schema::{HELD_SCHEMA, SPANS_SCHEMA, hold, lean, widen};

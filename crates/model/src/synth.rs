@@ -387,7 +387,7 @@ mod tests {
     fn default_shape_has_reference_span_count_and_encodes() {
         let mut generator = Generator::new(Shape::default(), 1_764_000_000_000_000_000);
         let request = generator.request(10_000);
-        let spans = crate::encode::spans_of(&request).count();
+        let spans = crate::encode::spans_of(&crate::wire::from_proto(&request)).count();
         let per_trace = spans as f64 / generator.traces() as f64;
         assert!(
             (8.3..8.9).contains(&per_trace),
