@@ -198,8 +198,9 @@ type Roles = Vec<(Concept, u8)>;
 #[derive(Clone, Debug)]
 pub struct Conventions {
     /// Looked up for every attribute of every span: the keyed hash, not SipHash (~2% of
-    /// the server's CPU under load, `perf record`).
-    by_name: HashMap<String, Roles, KeyedHash>,
+    /// the server's CPU under load, `perf record`), keyed by the name's bytes so the
+    /// received key is looked up as it arrived, without a second UTF-8 check.
+    by_name: HashMap<Box<[u8]>, Roles, KeyedHash>,
     /// Per service: 1 / its sampling ratio.
     sampling_weights: HashMap<String, f64>,
 }
@@ -218,12 +219,12 @@ impl Conventions {
         N: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut by_name: HashMap<String, Roles, KeyedHash> = HashMap::default();
+        let mut by_name: HashMap<Box<[u8]>, Roles, KeyedHash> = HashMap::default();
         for (concept, names) in lists {
             for (rank, name) in names.into_iter().enumerate() {
                 let rank = u8::try_from(rank).unwrap_or(u8::MAX);
                 by_name
-                    .entry(name.as_ref().to_owned())
+                    .entry(name.as_ref().as_bytes().into())
                     .or_default()
                     .push((concept, rank));
             }
@@ -253,9 +254,13 @@ impl Conventions {
         self.sampling_weights.get(service).copied()
     }
 
-    /// The roles an attribute name plays; empty for attributes outside the contract.
-    pub fn roles(&self, name: &str) -> &[(Concept, u8)] {
-        self.by_name.get(name).map(Vec::as_slice).unwrap_or(&[])
+    /// The roles an attribute name (as text or as received bytes) plays; empty for
+    /// attributes outside the contract.
+    pub fn roles(&self, name: impl AsRef<[u8]>) -> &[(Concept, u8)] {
+        self.by_name
+            .get(name.as_ref())
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 }
 

@@ -582,7 +582,7 @@ impl<'a> Reader<'a> {
     fn new(conventions: &Conventions, attrs: &'a [KeyValue], mut consumed: Vec<usize>) -> Self {
         let mut best: [Option<(u8, usize)>; Concept::COUNT] = [None; Concept::COUNT];
         for (index, kv) in attrs.iter().enumerate() {
-            for &(concept, rank) in conventions.roles(text(&kv.key)) {
+            for &(concept, rank) in conventions.roles(&kv.key) {
                 let slot = &mut best[concept as usize];
                 if slot.is_none_or(|(r, _)| rank < r) {
                     *slot = Some((rank, index));
