@@ -358,7 +358,7 @@ def main():
         ratio_text = f"{ratio:.2f}" if ratio is not None else "n/a"
         lines.append(f"| {measure} | {value} | {baseline} | {ratio_text} | {target} |")
     lines += ["",
-              f"Decode floor: prost {floor:,.0f} spans/CPU-s; prost + stormglass's Arrow encoding "
+              f"Decode floor: prost {floor:,.0f} spans/CPU-s; stormglass's lean decoding + Arrow encoding "
               f"{decode['decode_and_arrow_spans_per_cpu_second']:,.0f} spans/CPU-s (one thread). "
               f"SQL times are whole processes, median of {args.runs}; both engines ran the same SQL "
               f"text and " + ("returned the same rows." if all(sql[n]["same"] for n in ("edge success rates", "per-layer quantiles"))
