@@ -172,50 +172,45 @@ impl ExportRequest {
     /// Check that every string field kept is UTF-8 (prost checks `String` fields while
     /// decoding; these are `Bytes`).
     pub fn check_utf8(&self) -> Result<(), DecodeError> {
-        check_utf8(self)
+        for resource_spans in &self.resource_spans {
+            if let Some(resource) = &resource_spans.resource {
+                check_attributes(&resource.attributes)?;
+            }
+            for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
+                utf8(&span.trace_state, "Span.trace_state")?;
+                utf8(&span.name, "Span.name")?;
+                if let Some(status) = &span.status {
+                    utf8(&status.message, "Status.message")?;
+                }
+                check_attributes(&span.attributes)?;
+            }
+        }
+        Ok(())
     }
 }
 
-fn check_utf8(request: &ExportRequest) -> Result<(), DecodeError> {
-    let utf8 = |bytes: &Bytes, field: &'static str| match std::str::from_utf8(bytes) {
+fn utf8(bytes: &Bytes, field: &'static str) -> Result<(), DecodeError> {
+    match std::str::from_utf8(bytes) {
         Ok(_) => Ok(()),
         Err(_) => Err(DecodeError::NotUtf8(field)),
-    };
-    for resource_spans in &request.resource_spans {
-        if let Some(resource) = &resource_spans.resource {
-            check_attributes(&resource.attributes, &utf8)?;
-        }
-        for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
-            utf8(&span.trace_state, "Span.trace_state")?;
-            utf8(&span.name, "Span.name")?;
-            if let Some(status) = &span.status {
-                utf8(&status.message, "Status.message")?;
-            }
-            check_attributes(&span.attributes, &utf8)?;
-        }
     }
-    Ok(())
 }
 
-type Utf8Check<'a> = dyn Fn(&Bytes, &'static str) -> Result<(), DecodeError> + 'a;
-
-fn check_attributes(attributes: &[KeyValue], utf8: &Utf8Check) -> Result<(), DecodeError> {
+fn check_attributes(attributes: &[KeyValue]) -> Result<(), DecodeError> {
     for kv in attributes {
         utf8(&kv.key, "KeyValue.key")?;
         if let Some(value) = &kv.value {
-            check_value(value, utf8)?;
+            check_value(value)?;
         }
     }
     Ok(())
 }
 
-fn check_value(value: &AnyValue, utf8: &Utf8Check) -> Result<(), DecodeError> {
+fn check_value(value: &AnyValue) -> Result<(), DecodeError> {
     match &value.value {
         Some(Value::StringValue(s)) => utf8(s, "AnyValue.string_value"),
-        Some(Value::ArrayValue(array)) => {
-            array.values.iter().try_for_each(|v| check_value(v, utf8))
-        }
-        Some(Value::KvlistValue(list)) => check_attributes(&list.values, utf8),
+        Some(Value::ArrayValue(array)) => array.values.iter().try_for_each(check_value),
+        Some(Value::KvlistValue(list)) => check_attributes(&list.values),
         _ => Ok(()),
     }
 }
