@@ -17,7 +17,8 @@
 -- one analysis, and each attempt's place in its call) is computed in Rust with the lineage:
 -- as two window passes over the whole table it dominated every interval's analysis.
 -- The callee is the service of a SERVER span under any attempt of the call,
--- else the service such SERVER spans most often have for this callee hint, else the hint.
+-- else the service such SERVER spans most often have for this callee hint, else the hint
+-- (both services found with the lineage: see hint_server_service there).
 -- cause: the attempt's cause attribute, else the previous attempt's outcome (null on
 -- attempt 0). backoff_ms: gap since the previous attempt's end (null on the first).
 -- baseline: the attempt would happen with no retry anywhere upstream (its number and every
@@ -47,7 +48,6 @@ WITH tries AS (
   SELECT s.trace_id, s.span_id, s.parent_span_id,
     COALESCE(s.call_parent_span_id, s.parent_span_id) AS calling_span_id,
     COALESCE(s.caller_service, 'unknown') AS caller,
-    COALESCE(s.callee_hint, s.call_callee_hint) AS callee_hint,
     s.operation, COALESCE(s.attempt, 0) AS attempt, s.retry_cause, s.outcome,
     s.start_ns, s.end_ns,
     COALESCE(s.deadline_ms, s.call_deadline_ms) AS deadline_ms,
@@ -60,24 +60,14 @@ WITH tries AS (
     s.server_span_id, s.server_service, s.server_end_ns, s.server_outcome,
     s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
     s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
-    s.call_server_service, s.call_attempt AS outer_attempt,
+    COALESCE(s.call_server_service, s.hint_server_service, s.callee_hint, s.call_callee_hint,
+      'unknown') AS callee,
+    s.call_attempt AS outer_attempt,
     s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
     s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause
   FROM lineage s
   -- a call span is not an attempt; its numbered children are
   WHERE s.is_attempt
-),
-hints AS (
-  SELECT callee_hint, server_service,
-    ROW_NUMBER() OVER (PARTITION BY callee_hint ORDER BY COUNT(*) DESC, server_service) AS hint_rank
-  FROM tries
-  WHERE callee_hint IS NOT NULL AND server_service IS NOT NULL
-  GROUP BY callee_hint, server_service
-),
-resolved AS (
-  SELECT n.*, COALESCE(n.call_server_service, h.server_service, n.callee_hint, 'unknown') AS callee
-  FROM tries n
-  LEFT JOIN hints h ON h.callee_hint = n.callee_hint AND h.hint_rank = 1
 )
 SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_call_id,
   o.caller, o.callee,
@@ -96,4 +86,4 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
   o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
   o.numbered, o.has_cause
-FROM resolved o
+FROM tries o

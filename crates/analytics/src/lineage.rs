@@ -23,6 +23,7 @@
 //! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
 //! | `is_first_attempt`, `is_last_attempt`, `prev_outcome`, `prev_end_ns` | attempts only: position within the call, and the outcome and end of the attempt before it in the call |
 //! | `call_server_service` | attempts only: the service of a SERVER span under any attempt of the call (the greatest, if several) |
+//! | `hint_server_service` | attempts with a callee hint (theirs, else their call span's): the service SERVER spans under this batch's attempts most often have for that hint (ties: the first by name), the callee's name where no SERVER span answered the call itself |
 //!
 //! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
 //! attempt has none), operation, start, attempt number and span id (SDKs with
@@ -47,6 +48,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use crate::clock::{self, Bound, ClockBounds};
+use crate::engine::timed;
 use stormglass_model::hash::KeyedHash;
 
 use arrow::array::{
@@ -153,6 +155,11 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             .iter()
             .map(|(from, to)| span_field(from).with_name(*to).with_nullable(true)),
     );
+    fields.push(
+        span_field(col::SERVICE_NAME)
+            .with_name("hint_server_service")
+            .with_nullable(true),
+    );
     Arc::new(Schema::new(fields))
 });
 
@@ -203,26 +210,9 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     let kind = column(col::KIND).as_string::<i32>();
 
     let rows = spans.num_rows();
-    // Ids as integers (big-endian, so they order like their bytes); one parent lookup per
-    // span for the whole lineage.
-    // Keyed by ids clients choose: the keyed hash, a fraction of SipHash's cost (SipHash
-    // was ~9% of an offline analysis, `perf record`).
-    let mut index: HashMap<(u128, u64), usize, KeyedHash> =
-        HashMap::with_capacity_and_hasher(rows, KeyedHash::default());
-    for row in 0..rows {
-        index.insert((trace_int(trace, row), span_int(span, row)), row);
-    }
-    let parent_rows: Vec<Option<usize>> = (0..rows)
-        .map(|row| {
-            if parent.is_null(row) {
-                return None;
-            }
-            index
-                .get(&(trace_int(trace, row), span_int(parent, row)))
-                .copied()
-        })
-        .collect();
-    drop(index);
+    let started = std::time::Instant::now();
+    let parent_rows = parent_rows(trace, span, parent);
+    timed("lineage: parents", started);
     let parent_of = |row: usize| parent_rows[row];
     let (clock_pairs, offsets) = clock_offsets(spans, &parent_rows, prior, tolerance_ms);
     // Looked up per SERVER span: borrowed keys, no allocation.
@@ -352,21 +342,21 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
             (true, _) => Some(row),
         })
         .collect();
+    let started = std::time::Instant::now();
     let calls = logical_calls(spans, &is_attempt, &call_parent, &server_child);
+    timed("lineage: calls", started);
     let corrected = in_root_clock(spans, &nodes);
+    let hint_server = hint_servers(spans, &is_attempt, &call_parent, &server_child);
     let links = Links {
         is_call: &is_call,
         call_parent: &call_parent,
         server_child: &server_child,
         caller_of: &caller_of,
+        hint_server: &hint_server,
     };
-    let batch = build(
-        corrected.as_ref().unwrap_or(spans),
-        span,
-        nodes,
-        &links,
-        &calls,
-    );
+    let started = std::time::Instant::now();
+    let batch = build(corrected.as_ref().unwrap_or(spans), nodes, &links, &calls);
+    timed("lineage: columns", started);
     Lineage { batch, clock_pairs }
 }
 
@@ -473,6 +463,78 @@ fn column<'a>(spans: &'a RecordBatch, name: &str) -> &'a ArrayRef {
     }
 }
 
+/// Each span's parent row: the row of the same trace whose span id is the span's parent id
+/// (the last such row, should one appear twice), `None` for a root or a parent not in the
+/// batch.
+///
+/// Rows are grouped by trace first (a map of the batch's trace ids, a counting sort of the
+/// rows), then each trace's parents are found in a sorted list of that trace's span ids: a
+/// few cache lines per lookup. One hash map of every span of the batch missed the cache on
+/// nearly every insert and lookup (~600 ns per span in a 1 M span file,
+/// `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`); the map of trace ids is a tenth of its
+/// size. Any row order works: OTLP requests group spans by service, so a file's traces are
+/// interleaved.
+fn parent_rows(
+    trace: &FixedSizeBinaryArray,
+    span: &FixedSizeBinaryArray,
+    parent: &FixedSizeBinaryArray,
+) -> Vec<Option<usize>> {
+    let rows = trace.len();
+    // Each row's trace, numbered in order of first appearance.
+    let mut numbers: HashMap<u128, usize, KeyedHash> = HashMap::default();
+    let mut trace_of = Vec::with_capacity(rows);
+    let mut last: Option<(u128, usize)> = None;
+    for row in 0..rows {
+        let id = trace_int(trace, row);
+        let number = match last {
+            // Consecutive rows of one trace (released traces are whole): no lookup.
+            Some((last_id, number)) if last_id == id => number,
+            _ => {
+                let next = numbers.len();
+                *numbers.entry(id).or_insert(next)
+            }
+        };
+        last = Some((id, number));
+        trace_of.push(number);
+    }
+    // Rows grouped by trace, in row order within a trace: trace t's rows are
+    // grouped[bounds[t]..bounds[t + 1]].
+    let mut bounds = vec![0; numbers.len() + 1];
+    for &t in &trace_of {
+        bounds[t + 1] += 1;
+    }
+    for t in 0..numbers.len() {
+        bounds[t + 1] += bounds[t];
+    }
+    let mut grouped = vec![0; rows];
+    let mut next = bounds.clone();
+    for (row, &t) in trace_of.iter().enumerate() {
+        grouped[next[t]] = row;
+        next[t] += 1;
+    }
+    let mut parents = vec![None; rows];
+    let mut ids: Vec<(u64, usize)> = Vec::new();
+    for members in bounds.windows(2).map(|b| &grouped[b[0]..b[1]]) {
+        ids.clear();
+        ids.extend(members.iter().map(|&row| (span_int(span, row), row)));
+        ids.sort_unstable();
+        for &row in members {
+            if parent.is_null(row) {
+                continue;
+            }
+            let id = span_int(parent, row);
+            // Past the last entry with this id: the highest row holding it.
+            let end = ids.partition_point(|&(span, _)| span <= id);
+            parents[row] = end
+                .checked_sub(1)
+                .map(|i| ids[i])
+                .filter(|&(span, _)| span == id)
+                .map(|(_, row)| row);
+        }
+    }
+    parents
+}
+
 /// A trace id as an integer that orders like its bytes.
 fn trace_int(ids: &FixedSizeBinaryArray, row: usize) -> u128 {
     let mut bytes = [0u8; 16];
@@ -492,7 +554,9 @@ fn span_int(ids: &FixedSizeBinaryArray, row: usize) -> u64 {
 }
 
 /// Order-preserving ranks of the distinct values: comparing ranks compares the strings.
-fn ranks<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<&'a str, u32> {
+fn ranks<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<&'a str, u32, KeyedHash> {
+    // Sorting every value, not a set of them: the values are few and repeated, which the
+    // sort handles in linear time, and it hashes no string.
     let mut distinct: Vec<&str> = values.collect();
     distinct.sort_unstable();
     distinct.dedup();
@@ -525,6 +589,65 @@ struct CallSlot {
     server: Option<usize>,
 }
 
+/// An attempt's callee hint: its own, else its call span's (SQL's
+/// `COALESCE(callee_hint, call_callee_hint)`).
+fn callee_hint<'a>(
+    hint: &'a StringArray,
+    call_parent: &[Option<usize>],
+    row: usize,
+) -> Option<&'a str> {
+    let of = |row: usize| hint.is_valid(row).then(|| hint.value(row));
+    of(row).or_else(|| call_parent[row].and_then(of))
+}
+
+/// Per attempt with a callee hint, a SERVER span of the service that SERVER spans under
+/// the batch's attempts most often have for that hint (ties: the service first by name);
+/// `None` otherwise. Computed here, with the other links, so `attempts` names its callee
+/// without joining the whole attempt table to a table of hints: that join copied every
+/// column of every attempt and was more than half of the query (`EXPLAIN ANALYZE`).
+fn hint_servers(
+    spans: &RecordBatch,
+    is_attempt: &[bool],
+    call_parent: &[Option<usize>],
+    server_child: &[Option<usize>],
+) -> Vec<Option<usize>> {
+    let hint = column(spans, col::CALLEE_HINT).as_string::<i32>();
+    let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
+    let hints: Vec<(usize, &str)> = (0..spans.num_rows())
+        .filter(|&row| is_attempt[row])
+        .filter_map(|row| Some((row, callee_hint(hint, call_parent, row)?)))
+        .collect();
+    // (hint, service) -> (attempts, one SERVER span of that service)
+    let mut counts: HashMap<(&str, &str), (u64, usize), KeyedHash> = HashMap::default();
+    for &(row, h) in &hints {
+        if let Some(server) = server_child[row] {
+            counts
+                .entry((h, service.value(server)))
+                .or_insert((0, server))
+                .0 += 1;
+        }
+    }
+    // hint -> (attempts, service, SERVER span): most attempts, then the first service by name
+    let mut best: HashMap<&str, (u64, &str, usize), KeyedHash> = HashMap::default();
+    for ((h, name), (n, server)) in counts {
+        let better = |b: &(u64, &str, usize)| n > b.0 || (n == b.0 && name < b.1);
+        match best.get(h) {
+            Some(b) if !better(b) => {}
+            _ => {
+                best.insert(h, (n, name, server));
+            }
+        }
+    }
+    let mut servers = vec![None; spans.num_rows()];
+    if best.is_empty() {
+        return servers;
+    }
+    for (row, h) in hints {
+        servers[row] = best.get(h).map(|&(_, _, server)| server);
+    }
+    servers
+}
+
 /// Group attempts into logical calls (see the module docs for the order).
 fn logical_calls(
     spans: &RecordBatch,
@@ -543,12 +666,7 @@ fn logical_calls(
     let service = column(col::SERVICE_NAME).as_string::<i32>();
 
     let rows = spans.num_rows();
-    // COALESCE(callee_hint, the call span's callee_hint)
-    let hint_of = |row: usize| {
-        (hint.is_valid(row))
-            .then(|| hint.value(row))
-            .or_else(|| call_parent[row].and_then(|p| hint.is_valid(p).then(|| hint.value(p))))
-    };
+    let hint_of = |row: usize| callee_hint(hint, call_parent, row);
     let number = |row: usize| {
         if attempt.is_valid(row) {
             attempt.value(row)
@@ -647,11 +765,11 @@ struct Links<'a> {
     call_parent: &'a [Option<usize>],
     server_child: &'a [Option<usize>],
     caller_of: &'a [Option<usize>],
+    hint_server: &'a [Option<usize>],
 }
 
 fn build(
     spans: &RecordBatch,
-    span: &FixedSizeBinaryArray,
     nodes: Vec<Option<Node>>,
     links: &Links,
     calls: &[CallSlot],
@@ -661,19 +779,14 @@ fn build(
         call_parent,
         server_child,
         caller_of,
+        hint_server,
     } = *links;
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
-    let span_at = |row: usize| span.value(row);
-    let ids = |f: &dyn Fn(&Node) -> Option<usize>| -> FixedSizeBinaryArray {
-        match FixedSizeBinaryArray::try_from_sparse_iter_with_size(
-            nodes.iter().map(|n| f(n).map(span_at)),
-            SPAN_ID_LEN,
-        ) {
-            Ok(a) => a,
-            Err(e) => unreachable!("span ids are {SPAN_ID_LEN} bytes: {e}"),
-        }
-    };
     let by_name = |name: &str| column(spans, name);
+    let ids = |f: &dyn Fn(&Node) -> Option<usize>| {
+        let rows: Vec<Option<usize>> = nodes.iter().map(f).collect();
+        gather(by_name(col::SPAN_ID), &rows)
+    };
     let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
     // An attempt whose number was unreadable takes the number its call gives it.
     let attempt = by_name(col::ATTEMPT).as_primitive::<Int32Type>();
@@ -698,8 +811,8 @@ fn build(
         Arc::new(Int64Array::from_iter(
             nodes.iter().map(|n| n.anchor.map(|a| a.1)),
         )),
-        Arc::new(ids(&|n| n.upstream_attempt)),
-        Arc::new(ids(&|n| Some(n.root))),
+        ids(&|n| n.upstream_attempt),
+        ids(&|n| Some(n.root)),
         Arc::new(Int32Array::from_iter_values(nodes.iter().map(|n| n.depth))),
         Arc::new(BooleanArray::from_iter(is_call.iter().map(|c| Some(*c)))),
         Arc::new(BooleanArray::from_iter(
@@ -739,6 +852,7 @@ fn build(
             .iter()
             .map(|(name, _)| gather(by_name(name), server_child)),
     );
+    columns.push(gather(by_name(col::SERVICE_NAME), hint_server));
     match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
@@ -770,6 +884,98 @@ mod tests {
     fn bools(batch: &RecordBatch, name: &str) -> Vec<bool> {
         let c: &BooleanArray = batch.column_by_name(name).unwrap().as_boolean();
         (0..c.len()).map(|i| c.value(i)).collect()
+    }
+
+    /// Traces interleaved in the batch (files of requests as they came), reusing each
+    /// other's span ids: every parent is found in its own trace, wherever its rows are.
+    #[test]
+    fn parents_are_found_within_their_trace_across_interleaved_rows() {
+        let spans = vec![
+            span(1, 1, "root", 2, 0, 100, vec![]),
+            span(2, 1, "root", 2, 0, 100, vec![]),
+            child_of(span(1, 2, "a", 3, 1, 50, vec![]), 1),
+            child_of(span(2, 2, "a", 3, 1, 50, vec![]), 1),
+            child_of(span(2, 3, "b", 3, 2, 40, vec![]), 2),
+            child_of(span(1, 3, "b", 3, 2, 40, vec![]), 2),
+            // Its parent is in another batch.
+            child_of(span(1, 4, "c", 3, 2, 40, vec![]), 9),
+        ];
+        let (batch, _) = encode_request(&Conventions::default(), &request(vec![("svc", spans)]));
+        let ids = |name: &str| batch.column_by_name(name).unwrap().as_fixed_size_binary();
+        let parents = parent_rows(
+            ids(col::TRACE_ID),
+            ids(col::SPAN_ID),
+            ids(col::PARENT_SPAN_ID),
+        );
+        assert_eq!(
+            parents,
+            vec![None, None, Some(0), Some(1), Some(3), Some(2), None]
+        );
+    }
+
+    /// An attempt is named after the service its callee hint's SERVER spans most often
+    /// have in the batch (ties: the first by name), also when no SERVER span answered it.
+    #[test]
+    fn hints_resolve_to_their_most_frequent_server_service() {
+        let client = |id, start: u64, hint: &str| {
+            let attributes = vec![stormglass_model::testing::kv("peer.service", hint)];
+            child_of(span(1, id, "call", 3, start, start + 5, attributes), 1)
+        };
+        let server = |id, parent, start: u64| {
+            child_of(
+                span(1, id, "serve", 2, start + 1, start + 4, vec![]),
+                parent,
+            )
+        };
+        let front = vec![
+            span(1, 1, "root", 2, 0, 100, vec![]),
+            client(2, 10, "db-host"),
+            client(3, 20, "db-host"),
+            client(4, 30, "db-host"),
+            // Unanswered.
+            client(5, 40, "db-host"),
+            client(6, 50, "x-host"),
+            client(7, 60, "x-host"),
+            client(8, 70, "x-host"),
+        ];
+        let (batch, _) = encode_request(
+            &Conventions::default(),
+            &request(vec![
+                ("front", front),
+                ("db", vec![server(12, 2, 10), server(13, 3, 20)]),
+                ("cache", vec![server(14, 4, 30)]),
+                ("b", vec![server(16, 6, 50)]),
+                ("a", vec![server(17, 7, 60)]),
+            ]),
+        );
+        let lineage = lineage(&batch);
+        let ids = lineage
+            .column_by_name(col::SPAN_ID)
+            .unwrap()
+            .as_fixed_size_binary();
+        let named = lineage
+            .column_by_name("hint_server_service")
+            .unwrap()
+            .as_string::<i32>();
+        let by_span: HashMap<u8, Option<&str>> = (0..lineage.num_rows())
+            .map(|row| {
+                (
+                    ids.value(row)[7],
+                    named.is_valid(row).then(|| named.value(row)),
+                )
+            })
+            .collect();
+        for (span, expected) in [
+            (1, None),
+            (2, Some("db")),
+            (4, Some("db")),
+            (5, Some("db")),
+            (6, Some("a")),
+            (8, Some("a")),
+            (12, None),
+        ] {
+            assert_eq!(by_span[&span], expected, "span {span}");
+        }
     }
 
     /// Coarse clocks: a first attempt and its retry with the same start time, the retry
