@@ -14,23 +14,25 @@
 --   max_attempt, first_outcome, final_outcome, retried, start_ns, end_ns, duration_ms,
 --   deadline_ms, anchor_deadline_ms, anchor_start_ns, root_span_id, budget_on_call_span, weight
 -- weight: the first attempt's (how many calls this one stands for under sampling).
--- (Built from each call's first attempt, its last, and integer-keyed counts: grouping the
--- whole attempts table by trace and call id was most of this query's cost.)
-WITH counts AS (
+-- (Built from each call's first attempt, plus integer-keyed aggregates over the attempts of
+-- retried calls only: most calls have one attempt, which is its call's first and last, so
+-- aggregating and joining every attempt, as this query did, was twice the cost: EXPLAIN
+-- ANALYZE over 1 M spans, 230-430 ms of compute against 115-130 ms.)
+WITH retried AS (
   SELECT logical_call_id, COUNT(*) AS attempts, MAX(attempt) AS max_attempt,
-    MIN(start_ns) AS start_ns, MAX(end_ns) AS end_ns
+    MIN(start_ns) AS start_ns, MAX(end_ns) AS end_ns,
+    MAX(CASE WHEN is_last_attempt THEN outcome END) AS final_outcome
   FROM attempts
+  WHERE NOT (is_first_attempt AND is_last_attempt)
   GROUP BY logical_call_id
-),
-last AS (
-  SELECT logical_call_id, outcome AS final_outcome FROM attempts WHERE is_last_attempt
 )
 SELECT f.trace_id, f.logical_call_id, f.calling_span_id AS parent_span_id,
   f.caller, f.callee, f.operation,
-  c.attempts, c.max_attempt,
-  f.outcome AS first_outcome, l.final_outcome,
-  c.attempts > 1 AS retried,
-  c.start_ns, c.end_ns, (c.end_ns - c.start_ns) / 1e6 AS duration_ms,
+  COALESCE(c.attempts, 1) AS attempts, COALESCE(c.max_attempt, f.attempt) AS max_attempt,
+  f.outcome AS first_outcome, COALESCE(c.final_outcome, f.outcome) AS final_outcome,
+  c.attempts IS NOT NULL AS retried,
+  COALESCE(c.start_ns, f.start_ns) AS start_ns, COALESCE(c.end_ns, f.end_ns) AS end_ns,
+  (COALESCE(c.end_ns, f.end_ns) - COALESCE(c.start_ns, f.start_ns)) / 1e6 AS duration_ms,
   COALESCE(f.call_deadline_ms, f.own_deadline_ms) AS deadline_ms,
   CASE WHEN f.call_deadline_ms IS NULL THEN f.anchor_deadline_ms
        ELSE f.call_anchor_deadline_ms END AS anchor_deadline_ms,
@@ -39,6 +41,5 @@ SELECT f.trace_id, f.logical_call_id, f.calling_span_id AS parent_span_id,
   f.root_span_id,
   f.call_deadline_ms IS NOT NULL AS budget_on_call_span, f.weight
 FROM attempts f
-JOIN counts c ON c.logical_call_id = f.logical_call_id
-JOIN last l ON l.logical_call_id = f.logical_call_id
+LEFT JOIN retried c ON c.logical_call_id = f.logical_call_id
 WHERE f.is_first_attempt
