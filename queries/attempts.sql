@@ -38,8 +38,10 @@
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
 --   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
 --   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
---   has_cause
+--   has_cause, row_id, root_row, upstream_attempt_row
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
+-- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
+-- and its upstream attempt (joins within one analysis).
 -- numbered, has_cause: the span carries an attempt number / a cause attribute of its own
 -- (instrumentation coverage; `attempt` defaults to 0 and `cause` to the previous outcome).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
@@ -64,7 +66,8 @@ WITH tries AS (
       'unknown') AS callee,
     s.call_attempt AS outer_attempt,
     s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
-    s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause
+    s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause,
+    s.row_id, s.root_row, s.upstream_attempt_row
   FROM lineage s
   -- a call span is not an attempt; its numbered children are
   WHERE s.is_attempt
@@ -85,5 +88,5 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.server_ctx_cancelled, o.server_deadline_ms,
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
   o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
-  o.numbered, o.has_cause
+  o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row
 FROM tries o

@@ -5,9 +5,10 @@
 --
 -- Inputs: lineage (the spans with depth: number of ancestors present).
 -- Output: trace_id, span_id, service, operation, kind, start_ns, end_ns, duration_ms, outcome,
---   is_attempt, weight
+--   is_attempt, weight, row_id (the lineage's integer key of the span)
 SELECT s.trace_id, s.span_id, s.service_name AS service, s.operation, s.kind,
-  s.start_ns, s.end_ns, s.duration_ns / 1e6 AS duration_ms, s.outcome, s.is_attempt, s.weight
+  s.start_ns, s.end_ns, s.duration_ns / 1e6 AS duration_ms, s.outcome, s.is_attempt, s.weight,
+  s.row_id
 FROM lineage s
 WHERE s.depth = 0 AND (s.kind IN ('server', 'consumer') OR s.parent_span_id IS NULL)
   AND (NOT s.is_attempt OR s.is_first_attempt)

@@ -9,5 +9,6 @@ SELECT DISTINCT e.service AS entry_service, e.operation AS entry_operation,
   u.caller AS parent_caller, u.callee AS parent_callee, u.operation AS parent_operation,
   a.caller, a.callee, a.operation
 FROM attempts a
-JOIN entries e ON e.trace_id = a.trace_id AND e.span_id = a.root_span_id
-LEFT JOIN attempts u ON u.trace_id = a.trace_id AND u.span_id = a.upstream_attempt_span_id
+-- (the lineage's row keys: the root's and upstream attempt's span ids in the trace)
+JOIN entries e ON e.row_id = a.root_row
+LEFT JOIN attempts u ON u.row_id = a.upstream_attempt_row

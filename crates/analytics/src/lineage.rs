@@ -23,6 +23,7 @@
 //! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
 //! | `is_first_attempt`, `is_last_attempt`, `prev_outcome`, `prev_end_ns` | attempts only: position within the call, and the outcome and end of the attempt before it in the call |
 //! | `call_server_service` | attempts only: the service of a SERVER span under any attempt of the call (the greatest, if several) |
+//! | `row_id`, `root_row`, `upstream_attempt_row` | the span's row in this analysis's batch, its `root_span_id`'s and its `upstream_attempt_span_id`'s: keys for joins within one analysis (one integer hashes and compares in a fraction of the time of a trace id and a span id) |
 //! | `hint_server_service` | attempts with a callee hint (theirs, else their call span's): the service SERVER spans under this batch's attempts most often have for that hint (ties: the first by name), the callee's name where no SERVER span answered the call itself |
 //!
 //! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
@@ -160,6 +161,11 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             .with_name("hint_server_service")
             .with_nullable(true),
     );
+    fields.extend([
+        Field::new("row_id", DataType::Int64, false),
+        Field::new("root_row", DataType::Int64, false),
+        Field::new("upstream_attempt_row", DataType::Int64, true),
+    ]);
     Arc::new(Schema::new(fields))
 });
 
@@ -853,6 +859,16 @@ fn build(
             .map(|(name, _)| gather(by_name(name), server_child)),
     );
     columns.push(gather(by_name(col::SERVICE_NAME), hint_server));
+    let row_id = |row: usize| i64::try_from(row).unwrap_or(i64::MAX);
+    columns.extend([
+        Arc::new(Int64Array::from_iter_values((0..nodes.len()).map(row_id))) as ArrayRef,
+        Arc::new(Int64Array::from_iter_values(
+            nodes.iter().map(|n| row_id(n.root)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            nodes.iter().map(|n| n.upstream_attempt.map(row_id)),
+        )),
+    ]);
     match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
