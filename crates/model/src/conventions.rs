@@ -278,10 +278,13 @@ pub fn as_i64(value: &AnyValue) -> Option<i64> {
         Value::IntValue(i) => Some(*i),
         Value::DoubleValue(d) if d.fract() == 0.0 && d.is_finite() => Some(*d as i64),
         // "3" and "3.0" (SDKs that stringify every attribute, or record numbers as doubles).
-        Value::StringValue(s) => text(s).trim().parse().ok().or_else(|| {
-            let d: f64 = text(s).trim().parse().ok()?;
-            (d.fract() == 0.0 && d.is_finite() && d.abs() < 9.0e15).then_some(d as i64)
-        }),
+        Value::StringValue(s) => {
+            let s = text(s).trim();
+            s.parse().ok().or_else(|| {
+                let d: f64 = s.parse().ok()?;
+                (d.fract() == 0.0 && d.is_finite() && d.abs() < 9.0e15).then_some(d as i64)
+            })
+        }
         _ => None,
     }
 }

@@ -1,7 +1,8 @@
 //! OTLP -> Arrow: append decoded OTLP spans straight into the builders of [`SPANS_SCHEMA`].
 //!
-//! Data flow: a receiver decodes an `ExportTraceServiceRequest` into [`crate::wire`]'s messages
-//! (strings borrowed from the request buffer), hands it to [`SpanBatchBuilder::append_request`], and calls [`SpanBatchBuilder::finish`] to get one
+//! Data flow: a receiver decodes an `ExportTraceServiceRequest` into [`crate::wire`]'s
+//! messages (strings borrowed from the request buffer), hands it to
+//! [`SpanBatchBuilder::append_request`], and calls [`SpanBatchBuilder::finish`] to get one
 //! `RecordBatch` plus an [`EncodeReport`]. Each span is validated before any column is
 //! touched, so a rejected span leaves no partial row; the report carries the count and the
 //! first reason, which become the OTLP partial-success answer.
