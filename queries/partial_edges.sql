@@ -12,6 +12,12 @@
 -- declared_writes (those with an idempotent flag or an idempotency key), served_attempts
 -- (attempts whose callee sent a SERVER span).
 --
+-- Conditional sums are written SUM(x) FILTER (WHERE c), not SUM(CASE WHEN c THEN x ELSE 0.0
+-- END): the same sums (a row whose condition is false or null adds nothing either way; COALESCE
+-- gives 0.0 to an edge without such rows), but the aggregate skips the filtered rows instead
+-- of evaluating a CASE into a column per sum: about half the `at` aggregate's compute on a
+-- 45k-span chunk (EXPLAIN ANALYZE through `stormglass query`).
+--
 -- Inputs: attempts, logical_calls, orphans, findings, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   attempts, ok_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
@@ -22,37 +28,37 @@
 WITH lc AS (
   SELECT caller, callee, operation,
     SUM(weight) AS logical_calls,
-    SUM(CASE WHEN final_outcome = 'ok' THEN weight ELSE 0.0 END) AS final_ok,
-    SUM(CASE WHEN first_outcome = 'ok' THEN weight ELSE 0.0 END) AS first_ok,
-    SUM(CASE WHEN final_outcome = 'ok' AND attempts > 1 THEN weight ELSE 0.0 END) AS final_ok_retried
+    COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok'), 0.0) AS final_ok,
+    COALESCE(SUM(weight) FILTER (WHERE first_outcome = 'ok'), 0.0) AS first_ok,
+    COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok' AND attempts > 1), 0.0) AS final_ok_retried
   FROM logical_calls
   GROUP BY caller, callee, operation
 ),
 at AS (
   SELECT a.caller, a.callee, a.operation,
     SUM(a.weight) AS attempts,
-    SUM(CASE WHEN a.outcome = 'ok' THEN a.weight ELSE 0.0 END) AS ok_attempts,
-    SUM(CASE WHEN a.attempt = 0 THEN a.weight ELSE 0.0 END) AS first_attempts,
-    SUM(CASE WHEN a.attempt >= 1 THEN a.weight ELSE 0.0 END) AS retry_attempts,
-    SUM(CASE WHEN a.attempt >= 1 AND a.outcome = 'ok' THEN a.weight ELSE 0.0 END) AS ok_retry_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok'), 0.0) AS ok_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt = 0), 0.0) AS first_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1), 0.0) AS retry_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.outcome = 'ok'), 0.0) AS ok_retry_attempts,
     MAX(a.attempt) AS max_attempt,
-    MAX(CASE WHEN a.outer_attempt >= 0 THEN a.outer_attempt END) AS max_outer_attempt,
-    SUM(CASE WHEN a.deadline_ms IS NOT NULL THEN a.weight ELSE 0.0 END) AS budgeted_attempts,
-    SUM(CASE WHEN a.deadline_ms IS NOT NULL THEN a.deadline_ms * a.weight ELSE 0.0 END)
+    MAX(a.outer_attempt) FILTER (WHERE a.outer_attempt >= 0) AS max_outer_attempt,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL), 0.0) AS budgeted_attempts,
+    COALESCE(SUM(a.deadline_ms * a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL), 0.0)
       AS deadline_ms_total,
-    SUM(CASE WHEN a.numbered THEN a.weight ELSE 0.0 END) AS numbered_attempts,
-    SUM(CASE WHEN a.attempt >= 1 AND a.has_cause THEN a.weight ELSE 0.0 END) AS caused_retries,
-    SUM(CASE WHEN a.is_write OR a.idempotent IS NOT NULL THEN a.weight ELSE 0.0 END)
+    COALESCE(SUM(a.weight) FILTER (WHERE a.numbered), 0.0) AS numbered_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.has_cause), 0.0) AS caused_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.is_write OR a.idempotent IS NOT NULL), 0.0)
       AS write_attempts,
-    SUM(CASE WHEN (a.is_write OR a.idempotent IS NOT NULL)
-      AND (a.idempotent IS NOT NULL OR a.has_idempotency_key) THEN a.weight ELSE 0.0 END)
+    COALESCE(SUM(a.weight) FILTER (WHERE (a.is_write OR a.idempotent IS NOT NULL)
+      AND (a.idempotent IS NOT NULL OR a.has_idempotency_key)), 0.0)
       AS declared_writes,
-    SUM(CASE WHEN a.server_span_id IS NOT NULL THEN a.weight ELSE 0.0 END) AS served_attempts,
-    SUM(CASE WHEN a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key THEN a.weight ELSE 0.0 END)
+    COALESCE(SUM(a.weight) FILTER (WHERE a.server_span_id IS NOT NULL), 0.0) AS served_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key), 0.0)
       AS unsafe_retries,
-    SUM(CASE WHEN a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent THEN a.weight ELSE 0.0 END)
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent), 0.0)
       AS timeout_retries_on_writes,
-    SUM(CASE WHEN a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms THEN a.weight ELSE 0.0 END)
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms), 0.0)
       AS immediate_retries
   FROM params p CROSS JOIN attempts a
   GROUP BY a.caller, a.callee, a.operation
