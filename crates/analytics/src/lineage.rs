@@ -213,14 +213,15 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     let attempt = column(col::ATTEMPT).as_primitive::<Int32Type>();
     let deadline = column(col::DEADLINE_MS).as_primitive::<Float64Type>();
     let start = column(col::START_NS).as_primitive::<Int64Type>();
-    let kind = column(col::KIND).as_string::<i32>();
+    let kinds = kinds(spans);
+    let kind = |row: usize| kinds[row];
 
     let rows = spans.num_rows();
     let started = std::time::Instant::now();
     let parent_rows = parent_rows(trace, span, parent);
     timed("lineage: parents", started);
     let parent_of = |row: usize| parent_rows[row];
-    let (clock_pairs, offsets) = clock_offsets(spans, &parent_rows, prior, tolerance_ms);
+    let (clock_pairs, offsets) = clock_offsets(spans, &kinds, &parent_rows, prior, tolerance_ms);
     // Looked up per SERVER span: borrowed keys, no allocation.
     let offsets: HashMap<(&str, &str), i64> = offsets
         .iter()
@@ -228,7 +229,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         .collect();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
     let edge_offset = |p: usize, row: usize| -> i64 {
-        if offsets.is_empty() || kind.value(row) != "server" {
+        if offsets.is_empty() || kind(row) != Kind::Server {
             return 0;
         }
         let (caller, callee) = (service.value(p), service.value(row));
@@ -238,7 +239,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         offsets.get(&(caller, callee)).copied().unwrap_or(0)
     };
     // Call spans: CLIENT/INTERNAL parents of numbered CLIENT/INTERNAL children.
-    let client_or_internal = |row: usize| matches!(kind.value(row), "client" | "internal");
+    let client_or_internal = |row: usize| matches!(kind(row), Kind::Client | Kind::Internal);
     let mut is_call = vec![false; rows];
     for row in 0..rows {
         if let Some(p) = parent_of(row)
@@ -260,7 +261,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         } else {
             above.anchor
         },
-        upstream_attempt: if (kind.value(p) == "client" || attempt.is_valid(p)) && !is_call[p] {
+        upstream_attempt: if (kind(p) == Kind::Client || attempt.is_valid(p)) && !is_call[p] {
             Some(p)
         } else {
             above.upstream_attempt
@@ -305,7 +306,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     let mut server_child: Vec<Option<usize>> = vec![None; rows];
     for row in 0..rows {
         let Some(p) = parent_of(row) else { continue };
-        if kind.value(row) == "server"
+        if kind(row) == Kind::Server
             && server_child[p].is_none_or(|best| start.value(row) < start.value(best))
         {
             server_child[p] = Some(row);
@@ -319,32 +320,32 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     // gateway without tracing: its retries are visible only on the callee's side).
     let sent_attempt = |row: usize| {
         !is_call[row]
-            && match kind.value(row) {
-                "client" => true,
-                "internal" => attempt.is_valid(row) && call_parent[row].is_some(),
+            && match kind(row) {
+                Kind::Client => true,
+                Kind::Internal => attempt.is_valid(row) && call_parent[row].is_some(),
                 _ => false,
             }
     };
     let is_attempt: Vec<bool> = (0..rows)
         .map(|row| {
             sent_attempt(row)
-                || (kind.value(row) == "server"
+                || (kind(row) == Kind::Server
                     && attempt.is_valid(row)
                     && parent_of(row).is_none_or(|p| !sent_attempt(p)))
         })
         .collect();
     // The attempt that made a SERVER attempt is itself: it is its own callee's span.
     for row in 0..rows {
-        if is_attempt[row] && kind.value(row) == "server" {
+        if is_attempt[row] && kind(row) == Kind::Server {
             server_child[row] = Some(row);
         }
     }
     // Who made each attempt: its own service, or a SERVER attempt's parent's (none for a
     // SERVER attempt without a parent).
     let caller_of: Vec<Option<usize>> = (0..rows)
-        .map(|row| match (is_attempt[row], kind.value(row)) {
+        .map(|row| match (is_attempt[row], kind(row)) {
             (false, _) => None,
-            (true, "server") => parent_of(row),
+            (true, Kind::Server) => parent_of(row),
             (true, _) => Some(row),
         })
         .collect();
@@ -370,12 +371,12 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
 /// the chunk's bounds intersected with `prior`'s (see [`crate::clock`]).
 fn clock_offsets(
     spans: &RecordBatch,
+    kinds: &[Kind],
     parent_rows: &[Option<usize>],
     prior: &ClockBounds,
     tolerance_ms: f64,
 ) -> (RecordBatch, HashMap<(String, String), i64>) {
     let column = |name: &str| column(spans, name);
-    let kind = column(col::KIND).as_string::<i32>();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
     let outcome = column(col::OUTCOME).as_string::<i32>();
     let ctx_cancelled = column(col::CTX_CANCELLED).as_boolean();
@@ -388,7 +389,7 @@ fn clock_offsets(
     for (row, parent) in parent_rows.iter().enumerate() {
         let Some(p) = *parent else { continue };
         // Only an answered call must contain its callee's span.
-        if kind.value(row) != "server"
+        if kinds[row] != Kind::Server
             || service.value(p) == service.value(row)
             || matches!(outcome.value(p), "deadline" | "cancelled")
             || ctx_cancelled.value(p)
@@ -459,6 +460,29 @@ fn in_root_clock(spans: &RecordBatch, nodes: &[Option<Node>]) -> Option<RecordBa
         columns[index] = Arc::new(shifted);
     }
     RecordBatch::try_new(spans.schema(), columns).ok()
+}
+
+/// The span kinds the lineage tells apart.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Client,
+    Server,
+    Internal,
+    Other,
+}
+
+/// Each row's kind, read from the `kind` column once: the walks above ask it several times
+/// per span, and comparing an enum costs nothing next to comparing the text.
+fn kinds(spans: &RecordBatch) -> Vec<Kind> {
+    let kind = column(spans, col::KIND).as_string::<i32>();
+    (0..spans.num_rows())
+        .map(|row| match kind.value(row) {
+            "client" => Kind::Client,
+            "server" => Kind::Server,
+            "internal" => Kind::Internal,
+            _ => Kind::Other,
+        })
+        .collect()
 }
 
 /// A column of a batch following the span schema.
@@ -752,13 +776,17 @@ fn logical_calls(
     slots
 }
 
-/// Rows `indices` of `column` (null where the index is), via Arrow's `take`.
-fn gather(column: &ArrayRef, indices: &[Option<usize>]) -> ArrayRef {
-    let indices: UInt32Array = indices
-        .iter()
+/// Row links as Arrow indices (null where there is no row), built once per link and
+/// shared by every column gathered through it.
+fn indices(rows: &[Option<usize>]) -> UInt32Array {
+    rows.iter()
         .map(|i| i.map(|i| u32::try_from(i).unwrap_or(u32::MAX)))
-        .collect();
-    match take(column.as_ref(), &indices, None) {
+        .collect()
+}
+
+/// Rows `indices` of `column` (null where the index is), via Arrow's `take`.
+fn gather(column: &ArrayRef, indices: &UInt32Array) -> ArrayRef {
+    match take(column.as_ref(), indices, None) {
         Ok(array) => array,
         Err(e) => unreachable!("indices come from the same batch: {e}"),
     }
@@ -791,7 +819,7 @@ fn build(
     let by_name = |name: &str| column(spans, name);
     let ids = |f: &dyn Fn(&Node) -> Option<usize>| {
         let rows: Vec<Option<usize>> = nodes.iter().map(f).collect();
-        gather(by_name(col::SPAN_ID), &rows)
+        gather(by_name(col::SPAN_ID), &indices(&rows))
     };
     let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
     // An attempt whose number was unreadable takes the number its call gives it.
@@ -835,12 +863,12 @@ fn build(
             calls.iter().map(|c| c.id.map(|_| c.last)),
         )),
     ]);
-    let previous: Vec<Option<usize>> = calls.iter().map(|c| c.previous).collect();
+    let previous = indices(&calls.iter().map(|c| c.previous).collect::<Vec<_>>());
     columns.push(gather(by_name(col::OUTCOME), &previous));
     columns.push(gather(by_name(col::END_NS), &previous));
-    let call_server: Vec<Option<usize>> = calls.iter().map(|c| c.server).collect();
+    let call_server = indices(&calls.iter().map(|c| c.server).collect::<Vec<_>>());
     columns.push(gather(by_name(col::SERVICE_NAME), &call_server));
-    columns.push(gather(by_name(col::SERVICE_NAME), caller_of));
+    columns.push(gather(by_name(col::SERVICE_NAME), &indices(caller_of)));
     let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
     columns.push(Arc::new(Float64Array::from_iter(
         (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.0)),
@@ -848,17 +876,19 @@ fn build(
     columns.push(Arc::new(Int64Array::from_iter(
         (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.1)),
     )));
+    let call_parent = indices(call_parent);
     columns.extend(
         CALL_COLUMNS
             .iter()
-            .map(|name| gather(by_name(name), call_parent)),
+            .map(|name| gather(by_name(name), &call_parent)),
     );
+    let server_child = indices(server_child);
     columns.extend(
         SERVER_COLUMNS
             .iter()
-            .map(|(name, _)| gather(by_name(name), server_child)),
+            .map(|(name, _)| gather(by_name(name), &server_child)),
     );
-    columns.push(gather(by_name(col::SERVICE_NAME), hint_server));
+    columns.push(gather(by_name(col::SERVICE_NAME), &indices(hint_server)));
     let row_id = |row: usize| i64::try_from(row).unwrap_or(i64::MAX);
     columns.extend([
         Arc::new(Int64Array::from_iter_values((0..nodes.len()).map(row_id))) as ArrayRef,
