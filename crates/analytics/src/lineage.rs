@@ -778,8 +778,8 @@ fn logical_calls(
 
 /// Row links as Arrow indices (null where there is no row), built once per link and
 /// shared by every column gathered through it.
-fn indices(rows: &[Option<usize>]) -> UInt32Array {
-    rows.iter()
+fn indices(rows: impl IntoIterator<Item = Option<usize>>) -> UInt32Array {
+    rows.into_iter()
         .map(|i| i.map(|i| u32::try_from(i).unwrap_or(u32::MAX)))
         .collect()
 }
@@ -818,8 +818,7 @@ fn build(
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let by_name = |name: &str| column(spans, name);
     let ids = |f: &dyn Fn(&Node) -> Option<usize>| {
-        let rows: Vec<Option<usize>> = nodes.iter().map(f).collect();
-        gather(by_name(col::SPAN_ID), &indices(&rows))
+        gather(by_name(col::SPAN_ID), &indices(nodes.iter().map(f)))
     };
     let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
     // An attempt whose number was unreadable takes the number its call gives it.
@@ -863,12 +862,15 @@ fn build(
             calls.iter().map(|c| c.id.map(|_| c.last)),
         )),
     ]);
-    let previous = indices(&calls.iter().map(|c| c.previous).collect::<Vec<_>>());
+    let previous = indices(calls.iter().map(|c| c.previous));
     columns.push(gather(by_name(col::OUTCOME), &previous));
     columns.push(gather(by_name(col::END_NS), &previous));
-    let call_server = indices(&calls.iter().map(|c| c.server).collect::<Vec<_>>());
+    let call_server = indices(calls.iter().map(|c| c.server));
     columns.push(gather(by_name(col::SERVICE_NAME), &call_server));
-    columns.push(gather(by_name(col::SERVICE_NAME), &indices(caller_of)));
+    columns.push(gather(
+        by_name(col::SERVICE_NAME),
+        &indices(caller_of.iter().copied()),
+    ));
     let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
     columns.push(Arc::new(Float64Array::from_iter(
         (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.0)),
@@ -876,19 +878,22 @@ fn build(
     columns.push(Arc::new(Int64Array::from_iter(
         (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.1)),
     )));
-    let call_parent = indices(call_parent);
+    let call_parent = indices(call_parent.iter().copied());
     columns.extend(
         CALL_COLUMNS
             .iter()
             .map(|name| gather(by_name(name), &call_parent)),
     );
-    let server_child = indices(server_child);
+    let server_child = indices(server_child.iter().copied());
     columns.extend(
         SERVER_COLUMNS
             .iter()
             .map(|(name, _)| gather(by_name(name), &server_child)),
     );
-    columns.push(gather(by_name(col::SERVICE_NAME), &indices(hint_server)));
+    columns.push(gather(
+        by_name(col::SERVICE_NAME),
+        &indices(hint_server.iter().copied()),
+    ));
     let row_id = |row: usize| i64::try_from(row).unwrap_or(i64::MAX);
     columns.extend([
         Arc::new(Int64Array::from_iter_values((0..nodes.len()).map(row_id))) as ArrayRef,
