@@ -283,6 +283,9 @@ def main():
     parser.add_argument("--spans-per-request", type=int, default=600)
     parser.add_argument("--spans", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="Rotel then stormglass, this many times interleaved: the table "
+                             "shows the round with the median ratio, and lists every round")
     args = parser.parse_args()
     sg = args.stormglass
 
@@ -291,10 +294,14 @@ def main():
         [sg, "load", "--decode-only", "--duration", "5s", "--json",
          "--spans-per-request", str(args.spans_per_request)],
         check=True, capture_output=True, text=True).stdout)
-    print("rotel-agent pass-through ...", file=sys.stderr)
-    rotel = bench_rotel(sg, args.rotel, args)
-    print("stormglass serve, full analytics ...", file=sys.stderr)
-    ours = bench_stormglass(sg, args)
+    # The servers' rates drift with the neighbours' load on a shared machine: pairs measured
+    # back to back, several times, show how far one pair can be trusted.
+    rounds = []
+    for i in range(args.rounds):
+        print(f"round {i + 1}/{args.rounds}: rotel-agent pass-through ...", file=sys.stderr)
+        rotel = bench_rotel(sg, args.rotel, args)
+        print(f"round {i + 1}/{args.rounds}: stormglass serve, full analytics ...", file=sys.stderr)
+        rounds.append((rotel, bench_stormglass(sg, args)))
     if not os.path.exists(args.parquet):
         print(f"writing {args.spans} spans to {args.parquet} ...", file=sys.stderr)
         subprocess.run([sg, "load", "--write-parquet", args.parquet, "--spans", str(args.spans)],
@@ -304,6 +311,16 @@ def main():
 
     def per_cpu(run):
         return run["report"]["accepted_spans"] / run["cpu"] if run["cpu"] > 0 else 0.0
+
+    def ratio(pair):
+        rotel, ours = pair
+        return per_cpu(ours) / per_cpu(rotel) if per_cpu(rotel) else 0.0
+
+    def live_per_million(run):
+        return run["analysis_seconds"] / (run["analysed_spans"] / 1e6) if run["analysed_spans"] else None
+
+    rotel, ours = sorted(rounds, key=ratio)[len(rounds) // 2]
+    highest_rss = max(o["peak_rss"] for _, o in rounds)
 
     rows = []
     floor = decode["decode_spans_per_cpu_second"]
@@ -322,15 +339,16 @@ def main():
                  f"{ours['peak_rss'] / 2**20:,.0f} MiB", f"Rotel {rotel['peak_rss'] / 2**20:,.0f} MiB",
                  ours["peak_rss"] / rotel["peak_rss"] if rotel["peak_rss"] else None, ""))
     bound = ours["budget"] + OVERHEAD
-    rows.append(("peak resident memory against limits.memory + overhead",
-                 f"{ours['peak_rss'] / 2**20:,.0f} MiB",
+    rows.append((f"highest peak resident memory of the {len(rounds)} rounds, against "
+                 "limits.memory + overhead",
+                 f"{highest_rss / 2**20:,.0f} MiB",
                  f"{ours['budget'] / 2**20:,.0f} + {OVERHEAD / 2**20:,.0f} MiB",
-                 ours["peak_rss"] / bound if bound else None, "<= 1.0"))
+                 highest_rss / bound if bound else None, "<= 1.0"))
     bph = ours["bytes_per_held_span"]
     rows.append(("memory per span held in assembly",
                  f"{bph:,.0f} B" if bph else "n/a", "target 150 B",
                  bph / 150 if bph else None, "<= 1.0"))
-    per_million = ours["analysis_seconds"] / (ours["analysed_spans"] / 1e6) if ours["analysed_spans"] else None
+    per_million = live_per_million(ours)
     rows.append(("live analysis, seconds per 1 M spans",
                  f"{per_million:.2f} s" if per_million else "n/a", "target 1 s",
                  per_million, "< 1.0"))
@@ -350,6 +368,11 @@ def main():
         f"{rep['spans_per_trace']:.1f} spans/trace), {args.duration} per server, generator on the same "
         f"machine. stormglass accepted {rep['accepted_spans']:,} spans "
         f"({rep['refused_spans']:,} refused); Rotel {rotel['report']['accepted_spans']:,}.",
+        "",
+        f"Rounds (Rotel then stormglass, interleaved; the table is the round with the median "
+        f"ratio, the memory bound the highest of all): "
+        + "; ".join(f"{ratio(pair):.2f}x Rotel, live {live_per_million(pair[1]) or 0:.2f} s/1M, "
+                    f"{pair[1]['peak_rss'] / 2**20:,.0f} MiB" for pair in rounds) + ".",
         "",
         "| measure | stormglass | baseline | ratio | target |",
         "|---|---|---|---|---|",

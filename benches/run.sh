@@ -3,8 +3,8 @@
 # with full analytics, and stormglass analyze/query against DuckDB on 10 M spans of Parquet.
 # Writes the ratio table to benches/latest.md (the README shows it) and prints it.
 #
-#   bash benches/run.sh                      # defaults: 20 s per server, 64 in flight
-#   DURATION=30s SPANS=2000000 bash benches/run.sh
+#   bash benches/run.sh                      # defaults: 20 s per server, 64 in flight, 3 rounds
+#   DURATION=30s SPANS=2000000 ROUNDS=5 bash benches/run.sh
 #
 # Installs what it needs when missing: rotel-agent from PyPI's `rotel` wheel and DuckDB in a
 # virtualenv, both under $BENCH_CACHE. Builds the release binary into $CARGO_TARGET_DIR.
@@ -35,5 +35,5 @@ spans=${SPANS:-10000000}
 exec python3 "$root/benches/run.py" \
   --stormglass "$stormglass" --rotel "$rotel" --python "$python" \
   --parquet "$cache/spans-$spans.parquet" --spans "$spans" \
-  --duration "${DURATION:-20s}" --concurrency "${CONCURRENCY:-64}" \
+  --duration "${DURATION:-20s}" --concurrency "${CONCURRENCY:-64}" --rounds "${ROUNDS:-3}" \
   --out "${OUT:-$root/benches/latest.md}"
