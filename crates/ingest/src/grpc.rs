@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body_util::{BodyExt, Full, Limited};
+use prost::bytes::Buf as _;
 use stormglass_model::wire::ExportRequest;
 use tonic::codec::CompressionEncoding;
 use tonic::codegen::http::{self, HeaderValue};
@@ -71,14 +72,56 @@ impl tower::Service<http::Request<tonic::body::Body>> for TraceService {
         let export = Export(self.pipeline.clone());
         let max = self.max_request_bytes;
         Box::pin(async move {
-            let codec =
-                tonic_prost::ProstCodec::<ExportTraceServiceResponse, ExportRequest>::default();
-            let mut grpc = tonic::server::Grpc::new(codec)
+            let mut grpc = tonic::server::Grpc::new(Codec)
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Zstd)
                 .max_decoding_message_size(max);
             Ok(grpc.unary(export, request).await)
         })
+    }
+}
+
+/// tonic's prost codec, but for decoding the message from one `Bytes`.
+///
+/// tonic hands a decoder the message inside its `BytesMut` read buffer. prost's
+/// `Message::decode` over that slices every string field out with `BytesMut::split_to`
+/// and advances it varint by varint, and under load that bookkeeping was ~9% of the
+/// server's CPU (`perf record` under `stormglass load --concurrency 64`: `copy_to_bytes`,
+/// `split_to`, `advance_unchecked`). Split off once as a `Bytes`, the message decodes
+/// with `Bytes`'s cheaper slicing; its strings still borrow the same buffer.
+struct Codec;
+
+impl tonic::codec::Codec for Codec {
+    type Encode = ExportTraceServiceResponse;
+    type Decode = ExportRequest;
+    type Encoder = tonic_prost::ProstEncoder<ExportTraceServiceResponse>;
+    type Decoder = RequestDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RequestDecoder
+    }
+}
+
+/// See [`Codec`].
+struct RequestDecoder;
+
+impl tonic::codec::Decoder for RequestDecoder {
+    type Item = ExportRequest;
+    type Error = Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<ExportRequest>, Status> {
+        let message = src.copy_to_bytes(src.remaining());
+        // As tonic's prost decoder answers (and `remap_status` rewrites).
+        prost::Message::decode(message)
+            .map(Some)
+            .map_err(|e: prost::DecodeError| Status::internal(e.to_string()))
     }
 }
 
