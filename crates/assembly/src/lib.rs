@@ -12,8 +12,8 @@
 //! queues in time order (last activity, first arrival): the release loop
 //! ([`Assembly::run_blocking`], on its own thread) pops the traces idle for `assembly.idle` or
 //! older than `assembly.max_age` from their fronts instead of scanning every open trace.
-//! Released traces are gathered with Arrow's `interleave` into batches of at most a chunk's
-//! bytes, widened back to the span schema ([`stormglass_model::widen`]) and handed to a
+//! Released traces are gathered into batches of at most a chunk's bytes, widened back to
+//! the span schema as they are ([`stormglass_model::widen_rows`]), and handed to a
 //! [`TraceSink`] (the analysis) with their reservation.
 //!
 //! A batch whose rows are mostly released but still pinned by a few long-lived traces is
@@ -44,14 +44,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use arrow::array::{
-    Array, ArrayAccessor, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array,
-};
-use arrow::compute::{interleave, take_record_batch};
+use arrow::array::{ArrayAccessor, AsArray, RecordBatch, StringArray, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::UInt8Type;
 use stormglass_ingest::health::panic_message;
 use stormglass_ingest::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
-use stormglass_model::{HELD_SCHEMA, hold, schema, widen};
+use stormglass_model::{HELD_SCHEMA, hold, schema, widen, widen_rows};
 use tokio::sync::watch;
 
 pub use config::AssemblyConfig;
@@ -671,22 +669,10 @@ fn trace_id(ids: &arrow::array::FixedSizeBinaryArray, row: usize) -> TraceId {
     }
 }
 
-/// Build one batch from rows of several held batches, column by column, in the span schema.
+/// Build one batch from rows of several held batches, in the span schema.
 fn gather(sources: &[Arc<StoredBatch>], positions: &[(usize, usize)]) -> RecordBatch {
-    let columns: Vec<ArrayRef> = (0..HELD_SCHEMA.fields().len())
-        .map(|c| {
-            let arrays: Vec<&dyn Array> =
-                sources.iter().map(|b| b.batch.column(c).as_ref()).collect();
-            match interleave(&arrays, positions) {
-                Ok(array) => array,
-                Err(e) => unreachable!("columns of one schema interleave: {e}"),
-            }
-        })
-        .collect();
-    match RecordBatch::try_new(HELD_SCHEMA.clone(), columns) {
-        Ok(batch) => widen(&batch),
-        Err(e) => unreachable!("gathered columns follow HELD_SCHEMA: {e}"),
-    }
+    let held: Vec<&RecordBatch> = sources.iter().map(|b| &b.batch).collect();
+    widen_rows(&held, positions)
 }
 
 #[cfg(test)]
