@@ -49,7 +49,7 @@ use arrow::compute::take_record_batch;
 use arrow::datatypes::UInt8Type;
 use stormglass_ingest::health::panic_message;
 use stormglass_ingest::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
-use stormglass_model::{HELD_SCHEMA, hold, schema, widen, widen_rows};
+use stormglass_model::{HELD_SCHEMA, hold, schema, widen_rows};
 use tokio::sync::watch;
 
 pub use config::AssemblyConfig;
@@ -251,7 +251,8 @@ impl Assembly {
             by_shard[self.shard_of(&trace_id(ids, row))].push(row as u32);
         }
         let (mut late, mut opened, mut duplicates) = (0, 0, 0);
-        let mut late_servers: Vec<u32> = Vec::new();
+        // (batch, row) of the late SERVER spans, as widen_rows reads them.
+        let mut late_servers: Vec<(usize, usize)> = Vec::new();
         let kinds = match stored
             .batch
             .column_by_name(schema::KIND)
@@ -271,7 +272,7 @@ impl Assembly {
                 if shard.is_released(&id) {
                     late += 1;
                     if kinds.value(row as usize) == "server" {
-                        late_servers.push(row);
+                        late_servers.push((0, row as usize));
                     }
                     continue;
                 }
@@ -315,12 +316,8 @@ impl Assembly {
             .fetch_sub(late + duplicates, Ordering::Relaxed);
         self.open_traces.fetch_add(opened, Ordering::Relaxed);
         // Late SERVER spans still describe their service's latency (a stalled callee).
-        let late_servers = (!late_servers.is_empty()).then(|| {
-            match take_record_batch(&stored.batch, &UInt32Array::from(late_servers)) {
-                Ok(spans) => widen(&spans),
-                Err(e) => unreachable!("rows of a batch can be taken: {e}"),
-            }
-        });
+        let late_servers =
+            (!late_servers.is_empty()).then(|| widen_rows(&[&stored.batch], &late_servers));
         drop(stored);
         self.publish();
         if late > 0 {

@@ -3,7 +3,7 @@
 //! The service is written here rather than taken from `opentelemetry_proto`'s generated
 //! `TraceServiceServer` only to decode into [`stormglass_model::wire`]'s messages (strings
 //! borrowed from the request buffer, unread fields skipped); it does what the generated
-//! one does, with tonic's own `Grpc` and prost codec.
+//! one does, with tonic's own `Grpc`, prost's encoder, and a decoder of ours ([`Codec`]).
 //!
 //! tonic decodes before our handler runs, and answers two request errors itself with codes
 //! OTLP does not use: an undecodable message is `INTERNAL` and an uncompressed message over

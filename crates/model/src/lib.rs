@@ -19,4 +19,4 @@ pub use encode::{
     encode_request_lean,
 };
 pub use outcome::Outcome;
-pub use schema::{HELD_SCHEMA, SPANS_SCHEMA, hold, lean, widen, widen_rows};
+pub use schema::{HELD_SCHEMA, SPANS_SCHEMA, hold, lean, widen_rows};

@@ -200,8 +200,9 @@ const HELD_DICTIONARIES: [(&str, DataType); 7] = [
 ];
 
 /// The form assembly holds open spans in: [`SPANS_SCHEMA`] without the [`NOT_ANALYSED`]
-/// columns, and with the [`HELD_DICTIONARIES`] columns dictionary-encoded. [`widen`] turns
-/// it back into [`SPANS_SCHEMA`] (as [`lean`] gives it) when traces are released.
+/// columns, and with the [`HELD_DICTIONARIES`] columns dictionary-encoded. [`widen_rows`]
+/// turns rows of it back into [`SPANS_SCHEMA`] (as [`lean`] gives it) when traces are
+/// released.
 pub static HELD_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     let fields: Vec<Field> = SPANS_SCHEMA
         .fields()
@@ -280,62 +281,43 @@ fn tight_dictionary(array: ArrayRef) -> ArrayRef {
     }
 }
 
-/// Held spans ([`hold`]) back in [`SPANS_SCHEMA`], in [`lean`]'s form: empty names, null
-/// status messages, empty attribute maps, plain strings.
-pub fn widen(held: &RecordBatch) -> RecordBatch {
-    widened(held.num_rows(), |index, field| {
-        let column = held.column(index);
-        if column.data_type() == field.data_type() {
-            return column.clone();
-        }
-        match arrow::compute::cast(column, field.data_type()) {
-            Ok(plain) => plain,
-            Err(e) => unreachable!("a string dictionary casts to strings: {e}"),
-        }
-    })
-}
-
-/// Rows of several held batches ([`HELD_SCHEMA`]), `positions` as `(batch, row)` pairs,
-/// as one batch in [`widen`]'s form.
+/// Rows of held batches ([`hold`], [`HELD_SCHEMA`]), `positions` as `(batch, row)` pairs,
+/// back in [`SPANS_SCHEMA`] as one batch, in [`lean`]'s form: empty names, null status
+/// messages, empty attribute maps, plain strings.
 ///
 /// The dictionary columns are read straight into plain strings. Arrow's `interleave` of
 /// dictionaries from different batches merges their dictionaries first, and marks the
 /// values used by walking every position once per source batch: quadratic in a release
 /// that gathers traces from many requests' batches, and ~3% of the server's CPU under
-/// load (`perf record`, `stormglass load --concurrency 64`), before [`widen`] cast the
-/// merged result back to strings.
+/// load (`perf record`, `stormglass load --concurrency 64`), before a cast turned the
+/// merged result back into strings.
 pub fn widen_rows(held: &[&RecordBatch], positions: &[(usize, usize)]) -> RecordBatch {
     use arrow::datatypes::{Int32Type, UInt8Type};
-    widened(positions.len(), |index, _| {
-        let columns: Vec<&dyn arrow::array::Array> =
-            held.iter().map(|b| b.column(index).as_ref()).collect();
-        match HELD_SCHEMA.field(index).data_type() {
-            DataType::Dictionary(key, _) if **key == DataType::UInt8 => {
-                dictionary_strings::<UInt8Type>(&columns, positions)
-            }
-            DataType::Dictionary(key, _) if **key == DataType::Int32 => {
-                dictionary_strings::<Int32Type>(&columns, positions)
-            }
-            _ => match arrow::compute::interleave(&columns, positions) {
-                Ok(column) => column,
-                Err(e) => unreachable!("columns of one schema interleave: {e}"),
-            },
-        }
-    })
-}
-
-/// A batch of [`SPANS_SCHEMA`] with `rows` rows: the [`NOT_ANALYSED`] columns emptied, and
-/// every other column made by `column` from its index in [`HELD_SCHEMA`] and its field.
-fn widened(rows: usize, column: impl Fn(usize, &Field) -> ArrayRef) -> RecordBatch {
     let columns: Vec<ArrayRef> = SPANS_SCHEMA
         .fields()
         .iter()
-        .map(|field| match field.name().as_str() {
-            name if NOT_ANALYSED.contains(&name) => emptied(name, rows),
-            name => match HELD_SCHEMA.index_of(name) {
-                Ok(index) => column(index, field),
-                Err(_) => unreachable!("{name} is a column of the held schema"),
-            },
+        .map(|field| {
+            let name = field.name().as_str();
+            if NOT_ANALYSED.contains(&name) {
+                return emptied(name, positions.len());
+            }
+            let Ok(index) = HELD_SCHEMA.index_of(name) else {
+                unreachable!("{name} is a column of the held schema")
+            };
+            let columns: Vec<&dyn arrow::array::Array> =
+                held.iter().map(|b| b.column(index).as_ref()).collect();
+            match HELD_SCHEMA.field(index).data_type() {
+                DataType::Dictionary(key, _) if **key == DataType::UInt8 => {
+                    dictionary_strings::<UInt8Type>(&columns, positions)
+                }
+                DataType::Dictionary(key, _) if **key == DataType::Int32 => {
+                    dictionary_strings::<Int32Type>(&columns, positions)
+                }
+                _ => match arrow::compute::interleave(&columns, positions) {
+                    Ok(column) => column,
+                    Err(e) => unreachable!("columns of one schema interleave: {e}"),
+                },
+            }
         })
         .collect();
     match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
@@ -369,7 +351,7 @@ fn dictionary_strings<K: arrow::datatypes::ArrowDictionaryKeyType>(
     Arc::new(strings.finish())
 }
 
-/// What [`lean`] and [`widen`] put in place of a [`NOT_ANALYSED`] column: empty names,
+/// What [`lean`] and [`widen_rows`] put in place of a [`NOT_ANALYSED`] column: empty names,
 /// null status messages, empty attribute maps.
 fn emptied(name: &str, rows: usize) -> ArrayRef {
     match name {
@@ -451,7 +433,8 @@ mod tests {
         for batch in [full, direct] {
             let held = hold(&batch);
             assert_eq!(held.schema(), *HELD_SCHEMA);
-            let wide = widen(&held);
+            let all: Vec<(usize, usize)> = (0..held.num_rows()).map(|row| (0, row)).collect();
+            let wide = widen_rows(&[&held], &all);
             assert_eq!(wide.schema(), *SPANS_SCHEMA);
             let expected = lean(&batch);
             for (field, (a, b)) in SPANS_SCHEMA
