@@ -338,16 +338,16 @@ fn dictionary_strings<K: arrow::datatypes::ArrowDictionaryKeyType>(
         .iter()
         .map(|d| d.values().as_string::<i32>())
         .collect();
-    let mut strings = arrow::array::StringBuilder::with_capacity(positions.len(), 0);
-    for &(batch, row) in positions {
+    let string = |&(batch, row): &(usize, usize)| {
         let (keys, values) = (dictionaries[batch].keys(), values[batch]);
         let key = keys.values()[row].as_usize();
-        if keys.is_valid(row) && values.is_valid(key) {
-            strings.append_value(values.value(key));
-        } else {
-            strings.append_null();
-        }
-    }
+        (keys.is_valid(row) && values.is_valid(key)).then(|| values.value(key))
+    };
+    // Sized exactly: the batch waits for analysis, reserved by its size, so a buffer grown
+    // by doubling would hold up to twice the memory its strings need.
+    let bytes = positions.iter().filter_map(string).map(str::len).sum();
+    let mut strings = arrow::array::StringBuilder::with_capacity(positions.len(), bytes);
+    strings.extend(positions.iter().map(string));
     Arc::new(strings.finish())
 }
 
