@@ -19,6 +19,13 @@ use clap::{Parser, Subcommand};
 /// Every accepted span costs a few dozen short-lived allocations (prost's decoded strings
 /// and vectors) and the analysis many more; under load glibc's malloc and free took ~30% of
 /// the collector's CPU (`perf record`, issue 6). mimalloc's thread-local free lists do not.
+///
+/// Built with `no_thp`: mimalloc otherwise asks for transparent huge pages, and each first
+/// touch of memory it had returned to the kernel then faulted in, zeroed (and, under the
+/// kernel's default `defrag=madvise`, compacted for) a whole 2 MiB page. That was half of
+/// `stormglass analyze`'s samples over a 10 M span file (`clear_page_erms`), 26 s against
+/// 17 s without, and ~10% of the live path's CPU (`MIMALLOC_ALLOW_THP=0` against the
+/// default, `perf record` and the benchmark's load).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
