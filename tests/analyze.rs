@@ -355,46 +355,6 @@ fn stalled_callee_shows_its_tail() {
     );
 }
 
-/// web calls inv in traces 1..=28: 20 answered calls (inv's span 0.2 ms inside web's), 4
-/// timed out at 200 ms while inv worked on to 260 ms (orphans, 60 ms of work each) and 4
-/// timed out with inv ending 2 ms later (inside the 5 ms grace: no orphan). inv's clock
-/// reads `skew_ms` ahead of web's. Only the traces of `traces`.
-fn skewed_calls(skew_ms: f64, traces: std::ops::RangeInclusive<u32>) -> Spans {
-    use fixtures::{CLIENT, SERVER, grpc_status};
-    use stormglass_model::testing::kv;
-    let mut spans = Spans::default();
-    let rpc = |code: i64| {
-        vec![
-            kv("rpc.service", "inv"),
-            kv("rpc.method", "Get"),
-            grpc_status(code),
-        ]
-    };
-    for t in traces {
-        // From 100 ms after the fixtures' epoch, so a clock behind stays after it.
-        let b = 100.0;
-        let root = spans.add(t, None, "web", "GET /", SERVER, b, b + 400.0, vec![]);
-        let (client_end, code, server_end) = match t {
-            1..=20 => (101.0, 0, 100.7),
-            21..=24 => (201.0, 4, 261.0),
-            _ => (201.0, 4, 203.0),
-        };
-        let call = spans.add(
-            t,
-            Some(root),
-            "web",
-            "Get",
-            CLIENT,
-            b + 1.0,
-            b + client_end,
-            rpc(code),
-        );
-        let (start, end) = (b + 1.2 + skew_ms, b + server_end + skew_ms);
-        spans.add(t, Some(call), "inv", "Get", SERVER, start, end, rpc(0));
-    }
-    spans
-}
-
 /// Clock skew: with inv's clock 40 ms ahead of web's, or 35 ms behind, orphan pairs equal
 /// those of the unskewed run and orphan work is within the estimate's error (half the
 /// difference of request and answer network delays, 0.05 ms here), offline and live (the
@@ -404,7 +364,7 @@ fn skewed_calls(skew_ms: f64, traces: std::ops::RangeInclusive<u32>) -> Spans {
 fn clock_skew_is_corrected_before_orphan_checks() {
     let d = dir("skew");
     let offline = |skew_ms: f64| {
-        let all = skewed_calls(skew_ms, 1..=28);
+        let all = fixtures::skewed_calls(skew_ms, 1..=28);
         let file = d.join(format!("skew{skew_ms}.jsonl"));
         write_jsonl(&file, &all, None);
         analyze_json(&file).0
@@ -448,7 +408,10 @@ fn clock_skew_is_corrected_before_orphan_checks() {
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
     ]);
-    let (answered, timed_out) = (skewed_calls(40.0, 1..=20), skewed_calls(40.0, 21..=28));
+    let (answered, timed_out) = (
+        fixtures::skewed_calls(40.0, 1..=20),
+        fixtures::skewed_calls(40.0, 21..=28),
+    );
     let post = |spans: &Spans| post_request(&server, spans);
     post(&answered);
     server.wait_until("the answered calls analysed", |s| {

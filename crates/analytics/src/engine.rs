@@ -7,7 +7,8 @@
 //! [`crate::planned`]). [`Engine::merge`] registers the union of a window's partials as
 //! `p_*` tables and materialises [`queries::REPORT`]: the window's figures. Live analysis
 //! calls `analyse_in_window` per chunk and `merge` over the window; offline analysis does
-//! the same over one batch holding every span, so both read the same SQL.
+//! the same over a file's chunks of whole traces ([`crate::offline`]), so both read the
+//! same SQL.
 
 use std::sync::Arc;
 
@@ -59,7 +60,8 @@ impl Default for Params {
 
 /// What one chunk of a live window needs from the window's earlier chunks: the services
 /// that sent SERVER spans (a callee is instrumented or not for the whole window) and the
-/// clock bounds found so far (skew is estimated over the window). Empty offline.
+/// clock bounds found so far (skew is estimated over the window). Offline, a file's chunks
+/// get the whole file's servers and clock bounds ([`crate::offline`]); one batch, none.
 #[derive(Clone, Debug, Default)]
 pub struct WindowContext {
     pub servers: Vec<String>,
@@ -649,7 +651,7 @@ pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisE
 }
 
 /// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set.
-pub(crate) fn timed(what: &str, started: std::time::Instant) {
+pub fn timed(what: &str, started: std::time::Instant) {
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     tracing::debug!(what, elapsed_ms, "analysis step ran");
     if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {

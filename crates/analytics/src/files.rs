@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use prost::Message;
 use stormglass_model::{Conventions, SPANS_SCHEMA, SpanBatchBuilder, schema};
@@ -47,8 +48,43 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// Load every file into one batch of spans; a directory is read as an archive ([`expand`]).
-pub fn load(paths: &[PathBuf], conventions: &Conventions) -> (RecordBatch, LoadSummary) {
+/// Which columns of the spans a load keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Columns {
+    /// Every column: what a query over `spans` may read.
+    All,
+    /// The columns the analysis reads; the [`schema::NOT_ANALYSED`] ones are emptied (the
+    /// lean form the live path holds, [`schema::lean`]), and a Parquet file's are never
+    /// decoded. `stormglass analyze` reads a file this way.
+    Analysed,
+}
+
+/// Load every file into one batch of spans, each (trace id, span id) once; a directory is
+/// read as an archive ([`expand`]).
+pub fn load(
+    paths: &[PathBuf],
+    conventions: &Conventions,
+    columns: Columns,
+) -> (RecordBatch, LoadSummary) {
+    let (batches, mut summary) = read(paths, conventions, columns);
+    let batch = match arrow::compute::concat_batches(&SPANS_SCHEMA, &batches) {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("loaded batches share SPANS_SCHEMA: {e}"),
+    };
+    drop(batches);
+    let (batch, duplicates) = without_duplicates(batch);
+    summary.duplicates = duplicates;
+    summary.spans = batch.num_rows();
+    (batch, summary)
+}
+
+/// Read every file into batches of spans as they are in the files, duplicates included
+/// (`summary.spans` counts every row read); a directory is read as an archive ([`expand`]).
+pub fn read(
+    paths: &[PathBuf],
+    conventions: &Conventions,
+    columns: Columns,
+) -> (Vec<RecordBatch>, LoadSummary) {
     let mut summary = LoadSummary::default();
     let mut batches = Vec::new();
     let paths = match expand(paths) {
@@ -60,24 +96,25 @@ pub fn load(paths: &[PathBuf], conventions: &Conventions) -> (RecordBatch, LoadS
     };
     for path in &paths {
         summary.files += 1;
+        let before = batches.len();
         let name = path.display().to_string();
         let result = match extension(path).as_str() {
-            "parquet" => load_parquet(path, &mut batches),
+            "parquet" => load_parquet(path, columns, &mut batches),
             "json" | "jsonl" | "ndjson" => load_json(path, conventions, &mut batches, &mut summary),
             _ => load_protobuf(path, conventions, &mut batches, &mut summary),
         };
         if let Err(why) = result {
             summary.skipped.push(format!("{name}: {why}"));
         }
+        if columns == Columns::Analysed {
+            // Encoded OTLP is whole; drop what the analysis never reads right away.
+            for batch in &mut batches[before..] {
+                *batch = schema::lean(batch);
+            }
+        }
     }
-    let batch = match arrow::compute::concat_batches(&SPANS_SCHEMA, &batches) {
-        Ok(batch) => batch,
-        Err(e) => unreachable!("loaded batches share SPANS_SCHEMA: {e}"),
-    };
-    let (batch, duplicates) = without_duplicates(batch);
-    summary.duplicates = duplicates;
-    summary.spans = batch.num_rows();
-    (batch, summary)
+    summary.spans = batches.iter().map(RecordBatch::num_rows).sum();
+    (batches, summary)
 }
 
 /// The spans with each (trace id, span id) kept once, its first copy, as live assembly
@@ -176,27 +213,53 @@ fn load_protobuf(
     Ok(())
 }
 
-fn load_parquet(path: &Path, batches: &mut Vec<RecordBatch>) -> Result<(), String> {
+fn load_parquet(
+    path: &Path,
+    columns: Columns,
+    batches: &mut Vec<RecordBatch>,
+) -> Result<(), String> {
     let file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.build())
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("not a readable Parquet file: {e}"))?;
+    let fields = builder.schema().fields().clone();
+    let expected = SPANS_SCHEMA.fields();
+    // The schema only grows at its end: a file from an older stormglass has a prefix.
+    let prefix = fields.len() <= expected.len()
+        && fields
+            .iter()
+            .zip(expected.iter())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if !prefix {
+        return Err("its schema is not the stormglass span schema".into());
+    }
+    let read = |name: &str| columns == Columns::All || !schema::NOT_ANALYSED.contains(&name);
+    let kept = fields.iter().enumerate().filter(|(_, f)| read(f.name()));
+    let mask = ProjectionMask::roots(
+        builder.parquet_schema(),
+        kept.map(|(index, _)| index).collect::<Vec<_>>(),
+    );
+    let reader = builder
+        .with_projection(mask)
+        // Fewer, larger batches than the default 1,024 rows: each batch costs a split
+        // into chunks (`crate::offline`) and a concat.
+        .with_batch_size(1 << 16)
+        .build()
         .map_err(|e| format!("not a readable Parquet file: {e}"))?;
     for batch in reader {
         let batch = batch.map_err(|e| format!("corrupt Parquet data: {e}"))?;
-        let fields = batch.schema().fields().clone();
-        let expected = SPANS_SCHEMA.fields();
-        // The schema only grows at its end: a file from an older stormglass has a prefix.
-        let prefix = fields.len() <= expected.len()
-            && fields
-                .iter()
-                .zip(expected.iter())
-                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-        if !prefix {
-            return Err("its schema is not the stormglass span schema".into());
-        }
-        // Rebuilt on the canonical schema (nullability metadata), missing columns filled.
         let rows = batch.num_rows();
-        match schema::upgrade(batch.columns().to_vec(), rows) {
+        // The file's columns in order, the ones not read emptied.
+        let mut read_columns = batch.columns().iter();
+        let columns = fields
+            .iter()
+            .map(|f| match read(f.name()) {
+                true => read_columns.next().cloned(),
+                false => Some(schema::emptied(f.name(), rows)),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or("fewer columns than its schema")?;
+        // Rebuilt on the canonical schema (nullability metadata), missing columns filled.
+        match schema::upgrade(columns, rows) {
             Ok(b) => batches.push(b),
             Err(e) => return Err(format!("its columns do not fit the span schema: {e}")),
         }
@@ -222,12 +285,11 @@ pub fn load_archive_since(
     let mut left_out = 0;
     for (read, file) in recent.iter().rev().enumerate() {
         let mut spans = Vec::new();
-        if let Err(why) = load_parquet(&file.path, &mut spans) {
+        if let Err(why) = load_parquet(&file.path, Columns::Analysed, &mut spans) {
             tracing::warn!(file = %file.path.display(), "not restored: {why}");
             left_out += 1;
             continue;
         }
-        let spans: Vec<RecordBatch> = spans.iter().map(stormglass_model::lean).collect();
         let size: usize = spans.iter().map(RecordBatch::get_array_memory_size).sum();
         if bytes + size > max_bytes {
             left_out += recent.len() - read;
@@ -304,7 +366,11 @@ mod tests {
         )
         .unwrap();
 
-        let (loaded, summary) = load(std::slice::from_ref(&dir), &Conventions::default());
+        let (loaded, summary) = load(
+            std::slice::from_ref(&dir),
+            &Conventions::default(),
+            Columns::All,
+        );
         assert_eq!(summary.files, 2, "{summary:?}");
         assert!(summary.skipped.is_empty(), "{summary:?}");
         // The same spans twice: kept once, from the older file, with weight 1.
@@ -324,7 +390,7 @@ mod tests {
         let mut writer = parquet::arrow::ArrowWriter::try_new(file, other.schema(), None).unwrap();
         writer.write(&other).unwrap();
         writer.close().unwrap();
-        let (_, summary) = load(&[path], &Conventions::default());
+        let (_, summary) = load(&[path], &Conventions::default(), Columns::All);
         assert_eq!(summary.skipped.len(), 1);
         assert!(
             summary.skipped[0].contains("not the stormglass span schema"),

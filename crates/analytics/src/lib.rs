@@ -1,7 +1,8 @@
 //! stormglass analytics: trace assembly (the `stormglass-assembly` crate) releases complete
 //! traces to the live analysis ([`live`]), which reconstructs attempts and logical calls and computes every figure of
 //! the README with the DataFusion SQL in `queries/` ([`queries`], [`engine`]). Live
-//! ([`live`]) and offline ([`files`]) analysis share that SQL and the report ([`report`]).
+//! ([`live`]) and offline ([`files`], [`offline`]) analysis share that SQL and the report
+//! ([`report`]).
 
 pub mod alerts;
 pub mod clock;
@@ -10,6 +11,7 @@ pub mod files;
 pub mod histogram;
 pub mod lineage;
 pub mod live;
+pub mod offline;
 mod planned;
 pub mod queries;
 pub mod report;

@@ -367,25 +367,41 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     Lineage { batch, clock_pairs }
 }
 
-/// The chunk's clock pairs, and the offset (ns) to add to each service pair's callee times:
-/// the chunk's bounds intersected with `prior`'s (see [`crate::clock`]).
-fn clock_offsets(
-    spans: &RecordBatch,
+/// The bounds of `spans`' own completed calls per service pair (see [`crate::clock`]): what
+/// a file analysed in chunks gives every chunk as its `prior`, so each chunk corrects the
+/// clocks as the whole file does (bounds merge by MAX and MIN, so a chunk's own pairs
+/// change nothing that is already in them).
+pub fn clock_bounds(spans: &RecordBatch) -> ClockBounds {
+    let column = |name: &str| column(spans, name);
+    let parent_rows = parent_rows(
+        column(col::TRACE_ID).as_fixed_size_binary(),
+        column(col::SPAN_ID).as_fixed_size_binary(),
+        column(col::PARENT_SPAN_ID).as_fixed_size_binary(),
+    );
+    let (bounds, _) = own_bounds(spans, &kinds(spans), &parent_rows);
+    bounds
+        .into_iter()
+        .map(|((caller, callee), bound)| ((caller.to_owned(), callee.to_owned()), bound))
+        .collect()
+}
+
+/// Clock bounds keyed by a batch's own service names.
+type BorrowedBounds<'a> = HashMap<(&'a str, &'a str), Bound>;
+
+/// The bounds of the batch's completed calls per (caller, callee) service pair, and the
+/// (caller row, callee row) of each call giving one.
+fn own_bounds<'a>(
+    spans: &'a RecordBatch,
     kinds: &[Kind],
     parent_rows: &[Option<usize>],
-    prior: &ClockBounds,
-    tolerance_ms: f64,
-) -> (RecordBatch, HashMap<(String, String), i64>) {
+) -> (BorrowedBounds<'a>, Vec<(usize, usize)>) {
     let column = |name: &str| column(spans, name);
     let service = column(col::SERVICE_NAME).as_string::<i32>();
     let outcome = column(col::OUTCOME).as_string::<i32>();
     let ctx_cancelled = column(col::CTX_CANCELLED).as_boolean();
     let pending = column(col::PENDING).as_boolean();
-    let start = column(col::START_NS).as_primitive::<Int64Type>();
-    let end = column(col::END_NS).as_primitive::<Int64Type>();
-    let (mut callers, mut callees, mut lows, mut highs) = (vec![], vec![], vec![], vec![]);
-    // This chunk's bounds, keyed by the batch's own strings; owned only per service pair.
-    let mut chunk: HashMap<(&str, &str), Bound> = HashMap::new();
+    let mut bounds = BorrowedBounds::new();
+    let mut calls = Vec::new();
     for (row, parent) in parent_rows.iter().enumerate() {
         let Some(p) = *parent else { continue };
         // Only an answered call must contain its callee's span.
@@ -399,27 +415,54 @@ fn clock_offsets(
         {
             continue;
         }
-        let low_ms = (start.value(p) - start.value(row)) as f64 / 1e6;
-        let high_ms = (end.value(p) - end.value(row)) as f64 / 1e6;
+        let (low_ms, high_ms) = pair_bounds(spans, p, row);
         let bound = Bound {
             low_ms,
             high_ms,
             pairs: 1,
         };
-        chunk
+        bounds
             .entry((service.value(p), service.value(row)))
             .and_modify(|b| *b = b.merge(bound))
             .or_insert(bound);
-        callers.push(service.value(p));
-        callees.push(service.value(row));
-        lows.push(low_ms);
-        highs.push(high_ms);
+        calls.push((p, row));
     }
+    (bounds, calls)
+}
+
+/// The offsets (ms) one call allows: `client.start - server.start ..= client.end - server.end`.
+fn pair_bounds(spans: &RecordBatch, client: usize, server: usize) -> (f64, f64) {
+    let start = column(spans, col::START_NS).as_primitive::<Int64Type>();
+    let end = column(spans, col::END_NS).as_primitive::<Int64Type>();
+    let low_ms = (start.value(client) - start.value(server)) as f64 / 1e6;
+    let high_ms = (end.value(client) - end.value(server)) as f64 / 1e6;
+    (low_ms, high_ms)
+}
+
+/// The chunk's clock pairs, and the offset (ns) to add to each service pair's callee times:
+/// the chunk's bounds intersected with `prior`'s (see [`crate::clock`]).
+fn clock_offsets(
+    spans: &RecordBatch,
+    kinds: &[Kind],
+    parent_rows: &[Option<usize>],
+    prior: &ClockBounds,
+    tolerance_ms: f64,
+) -> (RecordBatch, HashMap<(String, String), i64>) {
+    let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
+    let (chunk, calls) = own_bounds(spans, kinds, parent_rows);
+    let (lows, highs): (Vec<f64>, Vec<f64>) = calls
+        .iter()
+        .map(|&(client, server)| pair_bounds(spans, client, server))
+        .unzip();
     let pairs = RecordBatch::try_new(
         CLOCK_PAIRS_SCHEMA.clone(),
         vec![
-            Arc::new(StringArray::from(callers)),
-            Arc::new(StringArray::from(callees)),
+            Arc::new(StringArray::from_iter_values(
+                calls.iter().map(|&(client, _)| service.value(client)),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                calls.iter().map(|&(_, server)| service.value(server)),
+            )),
             Arc::new(Float64Array::from(lows)),
             Arc::new(Float64Array::from(highs)),
         ],

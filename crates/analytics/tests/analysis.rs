@@ -672,3 +672,82 @@ async fn back_to_back_calls_overlapping_by_a_tick_are_sequential() {
     let r = report(&s).await;
     assert_eq!(findings(&r, "overcommit"), 1, "{:?}", r.findings);
 }
+
+/// Offline, files larger than a chunk are analysed in chunks of whole traces, two at a
+/// time: every figure equals the one-batch analysis, with skewed clocks corrected from
+/// calls in other chunks, duplicate spans read twice, and the report the same on every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_chunks_equal_one_batch() {
+    use stormglass_analytics::offline;
+    let mut s = every_fixture();
+    // inv's clock 40 ms ahead: the timed-out calls' chunks have no answered call of their own.
+    fixtures::add_skewed_calls(&mut s, 5000, 40.0, 1..=28);
+    // Timed-out calls whose inv SERVER span never arrived: orphans, since inv sends SERVER
+    // spans in other traces (other chunks).
+    for t in 5101..=5104 {
+        let root = s.add(
+            t,
+            None,
+            "web",
+            "GET /",
+            fixtures::SERVER,
+            100.0,
+            500.0,
+            vec![],
+        );
+        let rpc = vec![
+            stormglass_model::testing::kv("rpc.service", "inv"),
+            stormglass_model::testing::kv("rpc.method", "Get"),
+            fixtures::peer("inv"),
+            fixtures::grpc_status(4),
+        ];
+        s.add(
+            t,
+            Some(root),
+            "web",
+            "Get",
+            fixtures::CLIENT,
+            101.0,
+            301.0,
+            rpc,
+        );
+    }
+    let spans = batch(&s);
+    // The first traces' spans read again, as a file holding them twice.
+    let again = spans.slice(0, 40);
+    let read = vec![spans, again];
+    let params = stormglass_analytics::Params::default();
+    let analysed = |chunk_spans: usize| {
+        let (read, params) = (read.clone(), params.clone());
+        async move {
+            let analysed = offline::analyse(&params, read, chunk_spans).await.unwrap();
+            let engine = Engine::default();
+            let partials = Arc::new(analysed.partials);
+            let report = Report::build(&engine, &[partials], WindowBounds::default())
+                .await
+                .unwrap();
+            (report, analysed.chunks, analysed.duplicates)
+        }
+    };
+    let (one, one_chunks, one_duplicates) = analysed(usize::MAX).await;
+    let (chunked, chunks, duplicates) = analysed(7).await;
+    assert_eq!(one_chunks, 1);
+    assert!(chunks > 50, "{chunks} chunks");
+    assert_eq!((one_duplicates, duplicates), (40, 40));
+    // 4 orphans of the skewed calls, 4 of the calls inv never answered.
+    let inv = one.edges.iter().find(|e| e.callee == "inv").unwrap();
+    assert_eq!(inv.orphan_pairs, 8, "{inv:#?}");
+    assert_eq!(chunked.edges, one.edges);
+    assert_eq!(chunked.layers, one.layers);
+    assert_eq!(chunked.entries, one.entries);
+    assert_eq!(chunked.traces, one.traces);
+    assert_eq!(chunked.orphans, one.orphans);
+    assert_eq!(chunked.findings, one.findings);
+    assert_eq!(chunked.coverage, one.coverage);
+    assert_eq!(chunked.window, one.window);
+    let (again, _, _) = analysed(7).await;
+    assert_eq!(
+        serde_json::to_value(&again).unwrap(),
+        serde_json::to_value(&chunked).unwrap()
+    );
+}

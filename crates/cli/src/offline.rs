@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use stormglass_analytics::files::{self, LoadSummary};
+use stormglass_analytics::files::{self, Columns, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
-use stormglass_analytics::{Engine, alerts, engine};
+use stormglass_analytics::{Engine, alerts, engine, offline};
 
 use crate::config::Config;
 use crate::table;
@@ -19,8 +19,12 @@ pub enum Format {
 }
 
 /// Load the files, reporting what was skipped on stderr; fails only when nothing loaded.
-fn load(config: &Config, paths: &[PathBuf]) -> anyhow::Result<arrow::array::RecordBatch> {
-    let (spans, summary) = files::load(paths, &config.conventions());
+fn load(
+    config: &Config,
+    paths: &[PathBuf],
+    columns: Columns,
+) -> anyhow::Result<arrow::array::RecordBatch> {
+    let (spans, summary) = files::load(paths, &config.conventions(), columns);
     report_skipped(&summary);
     if summary.spans == 0 && !summary.skipped.is_empty() {
         bail!("no spans could be read from {} file(s)", summary.files);
@@ -46,12 +50,28 @@ fn report_skipped(summary: &LoadSummary) {
 
 /// `stormglass analyze FILE...`: the report over every trace in the files.
 pub async fn analyze(config: &Config, paths: &[PathBuf], format: Format) -> anyhow::Result<()> {
-    let spans = load(config, paths)?;
-    let engine = Engine::new(config.params());
-    let partials = Arc::new(engine.analyse(spans).await.context("analysis failed")?);
+    let started = std::time::Instant::now();
+    // The report reads only what the analysis does.
+    let (batches, mut summary) = files::read(paths, &config.conventions(), Columns::Analysed);
+    engine::timed("read", started);
+    if summary.spans == 0 && !summary.skipped.is_empty() {
+        report_skipped(&summary);
+        bail!("no spans could be read from {} file(s)", summary.files);
+    }
+    let params = config.params();
+    let analysed = offline::analyse(&params, batches, offline::CHUNK_SPANS).await;
+    if let Ok(analysed) = &analysed {
+        summary.duplicates = analysed.duplicates;
+        summary.spans -= analysed.duplicates;
+    }
+    report_skipped(&summary);
+    let partials = Arc::new(analysed.context("analysis failed")?.partials);
+    let engine = Engine::new(params);
+    let started = std::time::Instant::now();
     let mut report = Report::build(&engine, &[partials], WindowBounds::default())
         .await
         .context("building the report failed")?;
+    engine::timed("report", started);
     report.alerts = alerts::evaluate(&report, &config.alerts);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -83,11 +103,12 @@ pub async fn query(
         };
         match direct {
             Some(ctx) => ctx,
-            None => Engine::spans_context(load(config, paths)?).context("cannot read the spans")?,
+            None => Engine::spans_context(load(config, paths, Columns::All)?)
+                .context("cannot read the spans")?,
         }
     } else {
         let ctx = engine
-            .query_context(load(config, paths)?)
+            .query_context(load(config, paths, Columns::All)?)
             .await
             .context("analysis failed")?;
         stormglass_analytics::report::register_storm_potential(&ctx)

@@ -353,7 +353,7 @@ fn dictionary_strings<K: arrow::datatypes::ArrowDictionaryKeyType>(
 
 /// What [`lean`] and [`widen_rows`] put in place of a [`NOT_ANALYSED`] column: empty names,
 /// null status messages, empty attribute maps.
-fn emptied(name: &str, rows: usize) -> ArrayRef {
+pub fn emptied(name: &str, rows: usize) -> ArrayRef {
     match name {
         SPAN_NAME => Arc::new(StringArray::from_iter_values(std::iter::repeat_n("", rows))),
         STATUS_MESSAGE => new_null_array(&DataType::Utf8, rows),
