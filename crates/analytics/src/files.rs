@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use prost::Message;
 use stormglass_model::{Conventions, SPANS_SCHEMA, SpanBatchBuilder, schema};
 
@@ -219,9 +221,9 @@ fn load_parquet(
     batches: &mut Vec<RecordBatch>,
 ) -> Result<(), String> {
     let file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+    let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
         .map_err(|e| format!("not a readable Parquet file: {e}"))?;
-    let fields = builder.schema().fields().clone();
+    let fields = metadata.schema().fields().clone();
     let expected = SPANS_SCHEMA.fields();
     // The schema only grows at its end: a file from an older stormglass has a prefix.
     let prefix = fields.len() <= expected.len()
@@ -233,38 +235,71 @@ fn load_parquet(
         return Err("its schema is not the stormglass span schema".into());
     }
     let read = |name: &str| columns == Columns::All || !schema::NOT_ANALYSED.contains(&name);
-    let kept = fields.iter().enumerate().filter(|(_, f)| read(f.name()));
-    let mask = ProjectionMask::roots(
-        builder.parquet_schema(),
-        kept.map(|(index, _)| index).collect::<Vec<_>>(),
-    );
-    let reader = builder
-        .with_projection(mask)
-        // Fewer, larger batches than the default 1,024 rows: each batch costs a split
-        // into chunks (`crate::offline`) and a concat.
-        .with_batch_size(1 << 16)
-        .build()
-        .map_err(|e| format!("not a readable Parquet file: {e}"))?;
-    for batch in reader {
-        let batch = batch.map_err(|e| format!("corrupt Parquet data: {e}"))?;
-        let rows = batch.num_rows();
-        // The file's columns in order, the ones not read emptied.
-        let mut read_columns = batch.columns().iter();
-        let columns = fields
-            .iter()
-            .map(|f| match read(f.name()) {
-                true => read_columns.next().cloned(),
-                false => Some(schema::emptied(f.name(), rows)),
+    let kept: Vec<usize> = (0..fields.len())
+        .filter(|&i| read(fields[i].name()))
+        .collect();
+    // The row groups in contiguous runs, one per lane, read at once; the runs' batches in
+    // the file's order.
+    let groups = metadata.metadata().num_row_groups();
+    let per_lane = groups.div_ceil(crate::offline::AT_ONCE).max(1);
+    let runs: Vec<Vec<usize>> = (0..groups)
+        .step_by(per_lane)
+        .map(|first| (first..groups.min(first + per_lane)).collect())
+        .collect();
+    let read_run = |run: Vec<usize>| -> (Vec<RecordBatch>, Result<(), String>) {
+        let mut read_batches = Vec::new();
+        let result = File::open(path)
+            .map_err(|e| format!("cannot read: {e}"))
+            .and_then(|file| {
+                let builder =
+                    ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
+                let mask = ProjectionMask::roots(builder.parquet_schema(), kept.clone());
+                builder
+                    .with_projection(mask)
+                    .with_row_groups(run)
+                    // Fewer, larger batches than the default 1,024 rows: each batch costs
+                    // a split into chunks (`crate::offline`) and a concat.
+                    .with_batch_size(1 << 16)
+                    .build()
+                    .map_err(|e| format!("not a readable Parquet file: {e}"))
             })
-            .collect::<Option<Vec<_>>>()
-            .ok_or("fewer columns than its schema")?;
-        // Rebuilt on the canonical schema (nullability metadata), missing columns filled.
-        match schema::upgrade(columns, rows) {
-            Ok(b) => batches.push(b),
-            Err(e) => return Err(format!("its columns do not fit the span schema: {e}")),
-        }
+            .and_then(|reader| {
+                for batch in reader {
+                    let batch = batch.map_err(|e| format!("corrupt Parquet data: {e}"))?;
+                    read_batches.push(spans_of(&fields, &read, &batch)?);
+                }
+                Ok(())
+            });
+        (read_batches, result)
+    };
+    for (read_batches, result) in crate::offline::on_lanes(runs, read_run) {
+        batches.extend(read_batches);
+        result?;
     }
     Ok(())
+}
+
+/// A batch read with `fields`' columns where `read`, rebuilt on the span schema: the columns
+/// not read emptied, columns the file predates filled.
+fn spans_of(
+    fields: &arrow::datatypes::Fields,
+    read: &impl Fn(&str) -> bool,
+    batch: &RecordBatch,
+) -> Result<RecordBatch, String> {
+    let rows = batch.num_rows();
+    // The file's columns in order, the ones not read emptied.
+    let mut read_columns = batch.columns().iter();
+    let columns = fields
+        .iter()
+        .map(|f| match read(f.name()) {
+            true => read_columns.next().cloned(),
+            false => Some(schema::emptied(f.name(), rows)),
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or("fewer columns than its schema")?;
+    // Rebuilt on the canonical schema (nullability metadata), missing columns filled.
+    schema::upgrade(columns, rows)
+        .map_err(|e| format!("its columns do not fit the span schema: {e}"))
 }
 
 /// The spans of the archive files in `dir` closed at or after `since`, in the lean form the
@@ -336,6 +371,7 @@ pub fn write_parquet_batches(
 mod tests {
     use super::*;
     use arrow::array::{Array, AsArray};
+    use arrow::compute::concat_batches;
     use stormglass_model::{encode_request, testing};
 
     /// An archive file written before a column was appended (here: before `weight`) still
@@ -395,6 +431,46 @@ mod tests {
         assert!(
             summary.skipped[0].contains("not the stormglass span schema"),
             "{summary:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A Parquet file of several row groups, read by several lanes at once, gives every
+    /// span in the file's order; read for the analysis, the columns it never reads come
+    /// back emptied (the lean form) and the others as written.
+    #[test]
+    fn parquet_row_groups_read_in_order_and_lean() {
+        let dir = std::env::temp_dir().join(format!("stormglass-groups-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (spans, _) = encode_request(&Conventions::default(), &testing::retry_fixture());
+        let spans =
+            arrow::compute::concat_batches(&SPANS_SCHEMA, &[spans.clone(), spans.clone(), spans])
+                .unwrap();
+        let path = dir.join("groups.parquet");
+        let properties = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(4))
+            .build();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(
+            File::create(&path).unwrap(),
+            SPANS_SCHEMA.clone(),
+            Some(properties),
+        )
+        .unwrap();
+        writer.write(&spans).unwrap();
+        writer.close().unwrap();
+
+        let (all, summary) = read(
+            std::slice::from_ref(&path),
+            &Conventions::default(),
+            Columns::All,
+        );
+        assert!(summary.skipped.is_empty(), "{summary:?}");
+        assert_eq!(concat_batches(&SPANS_SCHEMA, &all).unwrap(), spans);
+        let (analysed, _) = read(&[path], &Conventions::default(), Columns::Analysed);
+        assert_eq!(
+            concat_batches(&SPANS_SCHEMA, &analysed).unwrap(),
+            schema::lean(&spans)
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -16,9 +16,10 @@
 //! not count is not used for the exact tail comparison (the report falls back to the
 //! callee's P99.9 estimate), live and offline alike.
 //!
-//! Chunks are analysed two at a time, each on its own engine (one thread each), in a fixed
+//! Chunks are made (split, concatenated, duplicates dropped, clock bounds found) on two
+//! threads and analysed two at a time, each on its own engine (one thread each), in a fixed
 //! order with a fixed assignment of traces to chunks, so a file gives the same report on
-//! every run and machine.
+//! every run and machine. Chunks carry only the columns the analysis reads.
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 
@@ -32,8 +33,9 @@ use crate::{clock, files, lineage};
 /// allocator reuses.
 pub const CHUNK_SPANS: usize = 1 << 17;
 
-/// Chunks analysed at once, each on its own engine.
-const AT_ONCE: usize = 2;
+/// Chunks analysed at once, each on its own engine; threads preparing them (and reading a
+/// Parquet file's row groups).
+pub(crate) const AT_ONCE: usize = 2;
 
 /// The analysis of a file's spans.
 #[derive(Debug)]
@@ -55,19 +57,8 @@ pub async fn analyse(
 ) -> Result<Analysed, AnalysisError> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let count = rows.div_ceil(chunk_spans.max(1)).max(1);
-    let started = std::time::Instant::now();
-    let mut duplicates = 0;
-    let chunks: Vec<RecordBatch> = by_trace(batches, count)
-        .into_iter()
-        .map(|chunk| {
-            let (chunk, dropped) = files::without_duplicates(chunk);
-            duplicates += dropped;
-            chunk
-        })
-        .collect();
-    timed("chunks", started);
-    if let [_] = &chunks[..] {
-        let chunk = chunks.into_iter().next().unwrap_or_else(empty);
+    if count == 1 {
+        let (chunk, duplicates) = files::without_duplicates(concat(&batches));
         return Ok(Analysed {
             partials: Engine::new(params.clone()).analyse(chunk).await?,
             duplicates,
@@ -75,16 +66,30 @@ pub async fn analyse(
         });
     }
     let started = std::time::Instant::now();
+    let servers = servers(&batches);
+    // Each chunk made whole (its pieces concatenated, duplicates dropped) and its clock
+    // bounds found, on every lane.
+    let pieces = by_trace(batches, count);
+    timed("chunks: split", started);
+    let prepared = on_lanes(pieces, |pieces| {
+        let (chunk, duplicates) = files::without_duplicates(whole(&pieces));
+        let bounds = lineage::clock_bounds(&chunk);
+        (chunk, duplicates, bounds)
+    });
     let mut context = WindowContext {
-        servers: servers(&chunks),
+        servers,
         ..WindowContext::default()
     };
-    for chunk in &chunks {
-        for (pair, bound) in lineage::clock_bounds(chunk) {
+    let mut duplicates = 0;
+    let mut chunks = Vec::with_capacity(prepared.len());
+    for (chunk, dropped, bounds) in prepared {
+        for (pair, bound) in bounds {
             clock::add(&mut context.clocks, pair, bound);
         }
+        duplicates += dropped;
+        chunks.push(chunk);
     }
-    timed("chunks: window context", started);
+    timed("chunks", started);
 
     let engines: Vec<Engine> = (0..AT_ONCE)
         .map(|_| Engine::new(params.clone()).on_one_thread())
@@ -131,19 +136,41 @@ fn empty() -> RecordBatch {
     RecordBatch::new_empty(SPANS_SCHEMA.clone())
 }
 
-/// The spans of `batches` in `count` chunks, every span of a trace in the same chunk, rows
-/// in the order read within a chunk; one chunk is the batches concatenated.
+/// The spans of `batches` as `count` chunks' pieces, every span of a trace in the same
+/// chunk, each chunk's pieces in the order read (chunks without spans left out).
 ///
 /// Each batch read is split into its pieces of every chunk (`take` within one batch, which
-/// stays in cache), and each chunk's pieces are then concatenated (sequential copies).
+/// stays in cache); the pieces are concatenated later, per chunk (sequential copies).
 /// Gathering each chunk's rows straight from every batch (`interleave`) was five times
-/// slower: every row a cache miss somewhere in the whole file.
-fn by_trace(batches: Vec<RecordBatch>, count: usize) -> Vec<RecordBatch> {
-    if count <= 1 {
-        return vec![concat(&batches)];
+/// slower: every row a cache miss somewhere in the whole file. The batches are split on
+/// every lane, each lane a contiguous run of them, so the order read is kept.
+fn by_trace(batches: Vec<RecordBatch>, count: usize) -> Vec<Vec<RecordBatch>> {
+    let per_lane = batches.len().div_ceil(AT_ONCE).max(1);
+    let mut runs = Vec::new();
+    let mut batches = batches.into_iter();
+    loop {
+        let run: Vec<RecordBatch> = batches.by_ref().take(per_lane).collect();
+        if run.is_empty() {
+            break;
+        }
+        runs.push(run);
     }
-    let mut pieces: Vec<Vec<RecordBatch>> = vec![Vec::with_capacity(batches.len()); count];
-    let mut rows: Vec<Vec<u32>> = vec![Vec::new(); count];
+    let mut pieces: Vec<Vec<RecordBatch>> = vec![Vec::new(); count];
+    for run in on_lanes(runs, |run| split(run, count)) {
+        for (chunk, run_pieces) in run.into_iter().enumerate() {
+            pieces[chunk].extend(run_pieces);
+        }
+    }
+    pieces.retain(|p| !p.is_empty());
+    pieces
+}
+
+/// Each of `batches` split into its rows of each of `count` chunks: one `take` per column
+/// of a batch puts its rows in chunk order (a counting sort), and each chunk's piece is a
+/// slice of that. The [`col::NOT_ANALYSED`] columns are not carried: [`whole`] empties them.
+fn split(batches: Vec<RecordBatch>, count: usize) -> Vec<Vec<RecordBatch>> {
+    let mut pieces: Vec<Vec<RecordBatch>> = vec![Vec::new(); count];
+    let analysed = analysed_columns();
     for batch in batches {
         let Some(traces) = batch
             .column_by_name(col::TRACE_ID)
@@ -151,26 +178,109 @@ fn by_trace(batches: Vec<RecordBatch>, count: usize) -> Vec<RecordBatch> {
         else {
             unreachable!("read batches follow SPANS_SCHEMA");
         };
-        for (row, id) in traces.iter().enumerate() {
-            // A batch's rows fit in u32: the readers make batches of thousands of rows.
-            rows[chunk_of(id.unwrap_or_default(), count)].push(row as u32);
+        let chunks: Vec<usize> = traces
+            .iter()
+            .map(|id| chunk_of(id.unwrap_or_default(), count))
+            .collect();
+        // starts[c]..starts[c + 1]: chunk c's rows in the sorted order.
+        let mut starts = vec![0; count + 1];
+        for &chunk in &chunks {
+            starts[chunk + 1] += 1;
         }
-        for (chunk, rows) in rows.iter_mut().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            let indices = UInt32Array::from(std::mem::take(rows));
-            match arrow::compute::take_record_batch(&batch, &indices) {
-                Ok(piece) => pieces[chunk].push(piece),
-                Err(e) => unreachable!("rows of a batch can be taken: {e}"),
+        for chunk in 0..count {
+            starts[chunk + 1] += starts[chunk];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; chunks.len()];
+        for (row, &chunk) in chunks.iter().enumerate() {
+            // A batch's rows fit in u32: the readers make batches of thousands of rows.
+            order[next[chunk]] = row as u32;
+            next[chunk] += 1;
+        }
+        let sorted = batch
+            .project(&analysed)
+            .and_then(|b| arrow::compute::take_record_batch(&b, &UInt32Array::from(order)));
+        let sorted = match sorted {
+            Ok(sorted) => sorted,
+            Err(e) => unreachable!("rows of a batch can be taken: {e}"),
+        };
+        for chunk in 0..count {
+            let rows = starts[chunk + 1] - starts[chunk];
+            if rows > 0 {
+                pieces[chunk].push(sorted.slice(starts[chunk], rows));
             }
         }
     }
     pieces
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| concat(p))
+}
+
+/// The span schema's columns the analysis reads, by index.
+fn analysed_columns() -> Vec<usize> {
+    let fields = SPANS_SCHEMA.fields();
+    (0..fields.len())
+        .filter(|&i| !col::NOT_ANALYSED.contains(&fields[i].name().as_str()))
         .collect()
+}
+
+/// One chunk's pieces (the analysed columns, [`split`]) as one batch of the span schema,
+/// the columns the analysis never reads emptied.
+fn whole(pieces: &[RecordBatch]) -> RecordBatch {
+    let rows = pieces.iter().map(RecordBatch::num_rows).sum();
+    let mut read = analysed_columns().into_iter().enumerate().peekable();
+    let columns = SPANS_SCHEMA
+        .fields()
+        .iter()
+        .enumerate()
+        .map(
+            |(index, field)| match read.next_if(|&(_, column)| column == index) {
+                Some((piece_column, _)) => {
+                    let arrays: Vec<&dyn arrow::array::Array> = pieces
+                        .iter()
+                        .map(|p| p.column(piece_column).as_ref())
+                        .collect();
+                    arrow::compute::concat(&arrays)
+                }
+                None => Ok(col::emptied(field.name(), rows)),
+            },
+        );
+    match columns
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|columns| RecordBatch::try_new(SPANS_SCHEMA.clone(), columns))
+    {
+        Ok(chunk) => chunk,
+        Err(e) => unreachable!("pieces share the analysed columns of SPANS_SCHEMA: {e}"),
+    }
+}
+
+/// `work` over `items` on [`AT_ONCE`] threads, the results in the items' order.
+pub(crate) fn on_lanes<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let mut lanes: Vec<Vec<(usize, T)>> = (0..AT_ONCE).map(|_| Vec::new()).collect();
+    for (index, item) in items.into_iter().enumerate() {
+        lanes[index % AT_ONCE].push((index, item));
+    }
+    let work = &work;
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let lanes: Vec<_> = lanes
+            .into_iter()
+            .map(|lane| {
+                scope.spawn(move || {
+                    lane.into_iter()
+                        .map(|(index, item)| (index, work(item)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        lanes
+            .into_iter()
+            .flat_map(|lane| match lane.join() {
+                Ok(done) => done,
+                // A panic in the work is the analysis's own, as on one thread.
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, result)| result).collect()
 }
 
 fn concat(batches: &[RecordBatch]) -> RecordBatch {
@@ -196,13 +306,13 @@ fn chunk_of(trace_id: &[u8], count: usize) -> usize {
     (mix(id as u64 ^ mix((id >> 64) as u64)) % count as u64) as usize
 }
 
-/// The services that sent SERVER spans, in any chunk.
-fn servers(chunks: &[RecordBatch]) -> Vec<String> {
+/// The services that sent SERVER spans, in any batch.
+fn servers(batches: &[RecordBatch]) -> Vec<String> {
     let mut servers = std::collections::BTreeSet::new();
-    for chunk in chunks {
+    for chunk in batches {
         let column = |name| chunk.column_by_name(name).map(|c| c.as_string::<i32>());
         let (Some(kind), Some(service)) = (column(col::KIND), column(col::SERVICE_NAME)) else {
-            unreachable!("chunks follow SPANS_SCHEMA");
+            unreachable!("read batches follow SPANS_SCHEMA");
         };
         for row in 0..chunk.num_rows() {
             if kind.value(row) == "server" && !servers.contains(service.value(row)) {
