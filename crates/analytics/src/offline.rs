@@ -17,9 +17,11 @@
 //! callee's P99.9 estimate), live and offline alike.
 //!
 //! Chunks are made (split, concatenated, duplicates dropped, clock bounds found) on two
-//! threads and analysed two at a time, each on its own engine (one thread each), in a fixed
-//! order with a fixed assignment of traces to chunks, so a file gives the same report on
-//! every run and machine. Chunks carry only the columns the analysis reads.
+//! threads and analysed two at a time, each on its own engine (one thread each), chunk `k`
+//! starting as soon as chunk `k - 2` is done and knowing the timeouts of the chunks before
+//! that one. The order and the assignment of traces to chunks are fixed, so a file gives
+//! the same report on every run and machine. Chunks carry only the columns the analysis
+//! reads.
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 
@@ -67,10 +69,10 @@ pub async fn analyse(
     }
     let started = std::time::Instant::now();
     let servers = servers(&batches);
-    // Each chunk made whole (its pieces concatenated, duplicates dropped) and its clock
-    // bounds found, on every lane.
     let pieces = by_trace(batches, count);
     timed("chunks: split", started);
+    // Each chunk made whole (its pieces concatenated, duplicates dropped) and its clock
+    // bounds found, on every lane.
     let prepared = on_lanes(pieces, |pieces| {
         let (chunk, duplicates) = files::without_duplicates(whole(&pieces));
         let bounds = lineage::clock_bounds(&chunk);
@@ -96,29 +98,30 @@ pub async fn analyse(
         .collect();
     let analysed = chunks.len();
     let mut partials = Vec::with_capacity(analysed);
-    let mut chunks = chunks.into_iter();
-    loop {
-        let tasks: Vec<_> = chunks
-            .by_ref()
-            .take(AT_ONCE)
-            .zip(&engines)
-            .map(|(chunk, engine)| {
-                let (engine, context) = (engine.clone(), context.clone());
-                tokio::spawn(async move { engine.analyse_in_window(chunk, &context).await })
-            })
-            .collect();
-        if tasks.is_empty() {
+    // In flight, in chunk order: chunk k starts when chunk k - AT_ONCE is done, on its
+    // engine, knowing the timeouts of every chunk before that one (whatever else is done).
+    let mut running = std::collections::VecDeque::with_capacity(AT_ONCE);
+    let mut chunks = chunks.into_iter().zip(engines.iter().cycle()).peekable();
+    while chunks.peek().is_some() || !running.is_empty() {
+        if running.len() < AT_ONCE
+            && let Some((chunk, engine)) = chunks.next()
+        {
+            let (engine, context) = (engine.clone(), context.clone());
+            running.push_back(tokio::spawn(async move {
+                engine.analyse_in_window(chunk, &context).await
+            }));
+            continue;
+        }
+        let Some(task) = running.pop_front() else {
             break;
-        }
-        for task in tasks {
-            let chunk = match task.await {
-                Ok(result) => result?,
-                // A panic in a chunk's analysis is the analysis's own, as on one thread.
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            };
-            chunk.timeouts_into(&mut context.timeouts);
-            partials.push(chunk);
-        }
+        };
+        let chunk = match task.await {
+            Ok(result) => result?,
+            // A panic in a chunk's analysis is the analysis's own, as on one thread.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        chunk.timeouts_into(&mut context.timeouts);
+        partials.push(chunk);
     }
     let partials = match Partials::concat(partials) {
         Some(partials) => partials,
@@ -139,11 +142,12 @@ fn empty() -> RecordBatch {
 /// The spans of `batches` as `count` chunks' pieces, every span of a trace in the same
 /// chunk, each chunk's pieces in the order read (chunks without spans left out).
 ///
-/// Each batch read is split into its pieces of every chunk (`take` within one batch, which
-/// stays in cache); the pieces are concatenated later, per chunk (sequential copies).
-/// Gathering each chunk's rows straight from every batch (`interleave`) was five times
-/// slower: every row a cache miss somewhere in the whole file. The batches are split on
-/// every lane, each lane a contiguous run of them, so the order read is kept.
+/// Each batch read is split into its pieces of every chunk ([`split`]: reads within one
+/// batch, which stays in cache); the pieces are concatenated later, per chunk ([`whole`]:
+/// sequential copies). Gathering each chunk's rows straight from every batch
+/// (`interleave`) was several times slower: every row a cache miss somewhere in the whole
+/// file. The batches are split on every lane, each lane a contiguous run of them, so the
+/// order read is kept.
 fn by_trace(batches: Vec<RecordBatch>, count: usize) -> Vec<Vec<RecordBatch>> {
     let per_lane = batches.len().div_ceil(AT_ONCE).max(1);
     let mut runs = Vec::new();
