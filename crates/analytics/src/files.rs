@@ -69,15 +69,21 @@ pub fn load(
     columns: Columns,
 ) -> (RecordBatch, LoadSummary) {
     let (batches, mut summary) = read(paths, conventions, columns);
+    let (batch, duplicates) = one_batch(batches);
+    summary.duplicates = duplicates;
+    summary.spans = batch.num_rows();
+    (batch, summary)
+}
+
+/// `batches` as one batch, each (trace id, span id) once ([`without_duplicates`]), and how
+/// many copies were dropped.
+pub fn one_batch(batches: Vec<RecordBatch>) -> (RecordBatch, usize) {
     let batch = match arrow::compute::concat_batches(&SPANS_SCHEMA, &batches) {
         Ok(batch) => batch,
         Err(e) => unreachable!("loaded batches share SPANS_SCHEMA: {e}"),
     };
     drop(batches);
-    let (batch, duplicates) = without_duplicates(batch);
-    summary.duplicates = duplicates;
-    summary.spans = batch.num_rows();
-    (batch, summary)
+    without_duplicates(batch)
 }
 
 /// Read every file into batches of spans as they are in the files, duplicates included

@@ -388,20 +388,31 @@ pub fn clock_bounds(spans: &RecordBatch) -> ClockBounds {
 /// Clock bounds keyed by a batch's own service names.
 type BorrowedBounds<'a> = HashMap<(&'a str, &'a str), Bound>;
 
+/// One completed call's clock pair: the caller's and the callee's rows, and the offsets
+/// (ms) it allows, `client.start - server.start ..= client.end - server.end`.
+struct ClockPair {
+    client: usize,
+    server: usize,
+    low_ms: f64,
+    high_ms: f64,
+}
+
 /// The bounds of the batch's completed calls per (caller, callee) service pair, and the
-/// (caller row, callee row) of each call giving one.
+/// pair of each call giving one.
 fn own_bounds<'a>(
     spans: &'a RecordBatch,
     kinds: &[Kind],
     parent_rows: &[Option<usize>],
-) -> (BorrowedBounds<'a>, Vec<(usize, usize)>) {
+) -> (BorrowedBounds<'a>, Vec<ClockPair>) {
     let column = |name: &str| column(spans, name);
     let service = column(col::SERVICE_NAME).as_string::<i32>();
     let outcome = column(col::OUTCOME).as_string::<i32>();
     let ctx_cancelled = column(col::CTX_CANCELLED).as_boolean();
     let pending = column(col::PENDING).as_boolean();
+    let start = column(col::START_NS).as_primitive::<Int64Type>();
+    let end = column(col::END_NS).as_primitive::<Int64Type>();
     let mut bounds = BorrowedBounds::new();
-    let mut calls = Vec::new();
+    let mut pairs = Vec::new();
     for (row, parent) in parent_rows.iter().enumerate() {
         let Some(p) = *parent else { continue };
         // Only an answered call must contain its callee's span.
@@ -415,7 +426,8 @@ fn own_bounds<'a>(
         {
             continue;
         }
-        let (low_ms, high_ms) = pair_bounds(spans, p, row);
+        let low_ms = (start.value(p) - start.value(row)) as f64 / 1e6;
+        let high_ms = (end.value(p) - end.value(row)) as f64 / 1e6;
         let bound = Bound {
             low_ms,
             high_ms,
@@ -425,18 +437,14 @@ fn own_bounds<'a>(
             .entry((service.value(p), service.value(row)))
             .and_modify(|b| *b = b.merge(bound))
             .or_insert(bound);
-        calls.push((p, row));
+        pairs.push(ClockPair {
+            client: p,
+            server: row,
+            low_ms,
+            high_ms,
+        });
     }
-    (bounds, calls)
-}
-
-/// The offsets (ms) one call allows: `client.start - server.start ..= client.end - server.end`.
-fn pair_bounds(spans: &RecordBatch, client: usize, server: usize) -> (f64, f64) {
-    let start = column(spans, col::START_NS).as_primitive::<Int64Type>();
-    let end = column(spans, col::END_NS).as_primitive::<Int64Type>();
-    let low_ms = (start.value(client) - start.value(server)) as f64 / 1e6;
-    let high_ms = (end.value(client) - end.value(server)) as f64 / 1e6;
-    (low_ms, high_ms)
+    (bounds, pairs)
 }
 
 /// The chunk's clock pairs, and the offset (ns) to add to each service pair's callee times:
@@ -450,21 +458,21 @@ fn clock_offsets(
 ) -> (RecordBatch, HashMap<(String, String), i64>) {
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
     let (chunk, calls) = own_bounds(spans, kinds, parent_rows);
-    let (lows, highs): (Vec<f64>, Vec<f64>) = calls
-        .iter()
-        .map(|&(client, server)| pair_bounds(spans, client, server))
-        .unzip();
     let pairs = RecordBatch::try_new(
         CLOCK_PAIRS_SCHEMA.clone(),
         vec![
             Arc::new(StringArray::from_iter_values(
-                calls.iter().map(|&(client, _)| service.value(client)),
+                calls.iter().map(|c| service.value(c.client)),
             )),
             Arc::new(StringArray::from_iter_values(
-                calls.iter().map(|&(_, server)| service.value(server)),
+                calls.iter().map(|c| service.value(c.server)),
             )),
-            Arc::new(Float64Array::from(lows)),
-            Arc::new(Float64Array::from(highs)),
+            Arc::new(Float64Array::from_iter_values(
+                calls.iter().map(|c| c.low_ms),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                calls.iter().map(|c| c.high_ms),
+            )),
         ],
     );
     let pairs = match pairs {

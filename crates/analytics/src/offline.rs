@@ -60,7 +60,7 @@ pub async fn analyse(
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let count = rows.div_ceil(chunk_spans.max(1)).max(1);
     if count == 1 {
-        let (chunk, duplicates) = files::without_duplicates(concat(&batches));
+        let (chunk, duplicates) = files::one_batch(batches);
         return Ok(Analysed {
             partials: Engine::new(params.clone()).analyse(chunk).await?,
             duplicates,
@@ -126,17 +126,16 @@ pub async fn analyse(
     let partials = match Partials::concat(partials) {
         Some(partials) => partials,
         // No spans at all: still every partial's schema.
-        None => Engine::new(params.clone()).analyse(empty()).await?,
+        None => {
+            let empty = RecordBatch::new_empty(SPANS_SCHEMA.clone());
+            Engine::new(params.clone()).analyse(empty).await?
+        }
     };
     Ok(Analysed {
         partials,
         duplicates,
         chunks: analysed,
     })
-}
-
-fn empty() -> RecordBatch {
-    RecordBatch::new_empty(SPANS_SCHEMA.clone())
 }
 
 /// The spans of `batches` as `count` chunks' pieces, every span of a trace in the same
@@ -285,13 +284,6 @@ pub(crate) fn on_lanes<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + 
     });
     done.sort_by_key(|(index, _)| *index);
     done.into_iter().map(|(_, result)| result).collect()
-}
-
-fn concat(batches: &[RecordBatch]) -> RecordBatch {
-    match arrow::compute::concat_batches(&SPANS_SCHEMA, batches) {
-        Ok(batch) => batch,
-        Err(e) => unreachable!("read batches share SPANS_SCHEMA: {e}"),
-    }
 }
 
 /// The chunk of a trace id: a fixed hash of it (splitmix64's finaliser over both halves;
