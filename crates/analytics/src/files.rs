@@ -137,18 +137,16 @@ pub fn without_duplicates(batch: RecordBatch) -> (RecordBatch, usize) {
     let (Some(traces), Some(spans)) = (column(schema::TRACE_ID), column(schema::SPAN_ID)) else {
         unreachable!("loaded batches follow SPANS_SCHEMA");
     };
-    let mut seen = std::collections::HashSet::with_capacity_and_hasher(
-        batch.num_rows(),
-        stormglass_model::hash::KeyedHash::default(),
-    );
-    let keep: Vec<u32> = (0..batch.num_rows())
-        .filter(|&row| seen.insert((traces.value(row), spans.value(row))))
-        .map(|row| row as u32)
-        .collect();
-    let duplicates = batch.num_rows() - keep.len();
-    if duplicates == 0 {
+    let repeated = crate::lineage::repeated_rows(traces, spans);
+    if repeated.is_empty() {
         return (batch, 0);
     }
+    let mut dropped = repeated.iter().peekable();
+    let keep: Vec<u32> = (0..batch.num_rows())
+        .filter(|&row| dropped.next_if_eq(&&row).is_none())
+        .map(|row| row as u32)
+        .collect();
+    let duplicates = repeated.len();
     let indices = arrow::array::UInt32Array::from(keep);
     match arrow::compute::take_record_batch(&batch, &indices) {
         Ok(kept) => (kept, duplicates),

@@ -350,10 +350,11 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         })
         .collect();
     let started = std::time::Instant::now();
-    let calls = logical_calls(spans, &is_attempt, &call_parent, &server_child);
+    let attempts = Attempts::new(spans, &is_attempt, &call_parent);
+    let calls = logical_calls(spans, &attempts, &server_child);
     timed("lineage: calls", started);
     let corrected = in_root_clock(spans, &nodes);
-    let hint_server = hint_servers(spans, &is_attempt, &call_parent, &server_child);
+    let hint_server = hint_servers(spans, &attempts, &server_child);
     let links = Links {
         is_call: &is_call,
         call_parent: &call_parent,
@@ -546,56 +547,16 @@ fn column<'a>(spans: &'a RecordBatch, name: &str) -> &'a ArrayRef {
 
 /// Each span's parent row: the row of the same trace whose span id is the span's parent id
 /// (the last such row, should one appear twice), `None` for a root or a parent not in the
-/// batch.
-///
-/// Rows are grouped by trace first (a map of the batch's trace ids, a counting sort of the
-/// rows), then each trace's parents are found in a sorted list of that trace's span ids: a
-/// few cache lines per lookup. One hash map of every span of the batch missed the cache on
-/// nearly every insert and lookup (~600 ns per span in a 1 M span file,
-/// `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`); the map of trace ids is a tenth of its
-/// size. Any row order works: OTLP requests group spans by service, so a file's traces are
-/// interleaved.
+/// batch. Each trace's parents are found in a sorted list of that trace's span ids (see
+/// [`TraceGroups`]): a few cache lines per lookup.
 fn parent_rows(
     trace: &FixedSizeBinaryArray,
     span: &FixedSizeBinaryArray,
     parent: &FixedSizeBinaryArray,
 ) -> Vec<Option<usize>> {
-    let rows = trace.len();
-    // Each row's trace, numbered in order of first appearance.
-    let mut numbers: HashMap<u128, usize, KeyedHash> = HashMap::default();
-    let mut trace_of = Vec::with_capacity(rows);
-    let mut last: Option<(u128, usize)> = None;
-    for row in 0..rows {
-        let id = trace_int(trace, row);
-        let number = match last {
-            // Consecutive rows of one trace (released traces are whole): no lookup.
-            Some((last_id, number)) if last_id == id => number,
-            _ => {
-                let next = numbers.len();
-                *numbers.entry(id).or_insert(next)
-            }
-        };
-        last = Some((id, number));
-        trace_of.push(number);
-    }
-    // Rows grouped by trace, in row order within a trace: trace t's rows are
-    // grouped[bounds[t]..bounds[t + 1]].
-    let mut bounds = vec![0; numbers.len() + 1];
-    for &t in &trace_of {
-        bounds[t + 1] += 1;
-    }
-    for t in 0..numbers.len() {
-        bounds[t + 1] += bounds[t];
-    }
-    let mut grouped = vec![0; rows];
-    let mut next = bounds.clone();
-    for (row, &t) in trace_of.iter().enumerate() {
-        grouped[next[t]] = row;
-        next[t] += 1;
-    }
-    let mut parents = vec![None; rows];
+    let mut parents = vec![None; trace.len()];
     let mut ids: Vec<(u64, usize)> = Vec::new();
-    for members in bounds.windows(2).map(|b| &grouped[b[0]..b[1]]) {
+    for members in TraceGroups::new(trace).traces() {
         ids.clear();
         ids.extend(members.iter().map(|&row| (span_int(span, row), row)));
         ids.sort_unstable();
@@ -616,6 +577,84 @@ fn parent_rows(
     parents
 }
 
+/// The rows holding a (trace id, span id) an earlier row already holds, in row order: what
+/// de-duplicating a batch drops, keeping each span's first copy. Found per trace, as
+/// [`parent_rows`] finds parents: one hash set of every span of a 131,072-span chunk missed
+/// the cache on nearly every insert (7% of `stormglass analyze`'s samples, `perf record`).
+pub(crate) fn repeated_rows(
+    trace: &FixedSizeBinaryArray,
+    span: &FixedSizeBinaryArray,
+) -> Vec<usize> {
+    let mut repeated = Vec::new();
+    let mut ids: Vec<(u64, usize)> = Vec::new();
+    for members in TraceGroups::new(trace).traces() {
+        ids.clear();
+        ids.extend(members.iter().map(|&row| (span_int(span, row), row)));
+        ids.sort_unstable();
+        repeated.extend(
+            ids.windows(2)
+                .filter(|pair| pair[0].0 == pair[1].0)
+                .map(|pair| pair[1].1),
+        );
+    }
+    repeated.sort_unstable();
+    repeated
+}
+
+/// A batch's rows grouped by trace: a map of the batch's trace ids numbers them, and a
+/// counting sort groups the rows. One hash map of every span of the batch missed the cache
+/// on nearly every insert and lookup (~600 ns per span in a 1 M span file,
+/// `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`); the map of trace ids is a tenth of its
+/// size. Any row order works: OTLP requests group spans by service, so a file's traces are
+/// interleaved.
+struct TraceGroups {
+    /// Trace t's rows are `rows[bounds[t]..bounds[t + 1]]`, in row order.
+    bounds: Vec<usize>,
+    rows: Vec<usize>,
+}
+
+impl TraceGroups {
+    fn new(trace: &FixedSizeBinaryArray) -> TraceGroups {
+        let len = trace.len();
+        // Each row's trace, numbered in order of first appearance.
+        let mut numbers: HashMap<u128, usize, KeyedHash> = HashMap::default();
+        let mut trace_of = Vec::with_capacity(len);
+        let mut last: Option<(u128, usize)> = None;
+        for row in 0..len {
+            let id = trace_int(trace, row);
+            let number = match last {
+                // Consecutive rows of one trace (released traces are whole): no lookup.
+                Some((last_id, number)) if last_id == id => number,
+                _ => {
+                    let next = numbers.len();
+                    *numbers.entry(id).or_insert(next)
+                }
+            };
+            last = Some((id, number));
+            trace_of.push(number);
+        }
+        let mut bounds = vec![0; numbers.len() + 1];
+        for &t in &trace_of {
+            bounds[t + 1] += 1;
+        }
+        for t in 0..numbers.len() {
+            bounds[t + 1] += bounds[t];
+        }
+        let mut rows = vec![0; len];
+        let mut next = bounds.clone();
+        for (row, &t) in trace_of.iter().enumerate() {
+            rows[next[t]] = row;
+            next[t] += 1;
+        }
+        TraceGroups { bounds, rows }
+    }
+
+    /// Each trace's rows.
+    fn traces(&self) -> impl Iterator<Item = &[usize]> {
+        self.bounds.windows(2).map(|b| &self.rows[b[0]..b[1]])
+    }
+}
+
 /// A trace id as an integer that orders like its bytes.
 fn trace_int(ids: &FixedSizeBinaryArray, row: usize) -> u128 {
     let mut bytes = [0u8; 16];
@@ -634,17 +673,34 @@ fn span_int(ids: &FixedSizeBinaryArray, row: usize) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
-/// Order-preserving ranks of the distinct values: comparing ranks compares the strings.
-fn ranks<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<&'a str, u32, KeyedHash> {
-    // Sorting every value, not a set of them: the values are few and repeated, which the
-    // sort handles in linear time, and it hashes no string.
-    let mut distinct: Vec<&str> = values.collect();
+/// Each value's rank among the distinct values, by order: comparing ranks compares the
+/// strings. Each value is hashed once (repeats of the value before it not at all) and only
+/// the distinct values are sorted: sorting every value compared strings N log N times.
+fn ranked<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<Option<u32>> {
+    let mut ids: HashMap<&str, u32, KeyedHash> = HashMap::default();
+    let mut last: Option<(&str, u32)> = None;
+    let seen: Vec<Option<u32>> = values
+        .map(|value| {
+            let value = value?;
+            let id = match last {
+                Some((v, id)) if v == value => id,
+                _ => {
+                    let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+                    *ids.entry(value).or_insert(next)
+                }
+            };
+            last = Some((value, id));
+            Some(id)
+        })
+        .collect();
+    let mut distinct: Vec<(&str, u32)> = ids.into_iter().collect();
     distinct.sort_unstable();
-    distinct.dedup();
-    distinct
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| (v, u32::try_from(i).unwrap_or(u32::MAX)))
+    let mut rank = vec![0; distinct.len()];
+    for (r, (_, id)) in distinct.into_iter().enumerate() {
+        rank[id as usize] = u32::try_from(r).unwrap_or(u32::MAX);
+    }
+    seen.into_iter()
+        .map(|id| id.map(|id| rank[id as usize]))
         .collect()
 }
 
@@ -681,6 +737,23 @@ fn callee_hint<'a>(
     of(row).or_else(|| call_parent[row].and_then(of))
 }
 
+/// The attempt rows of a batch, and each one's callee hint (its own, else its call
+/// span's) as a rank among the batch's hints: read once for both the grouping into calls
+/// and the hints' servers.
+struct Attempts {
+    rows: Vec<usize>,
+    hints: Vec<Option<u32>>,
+}
+
+impl Attempts {
+    fn new(spans: &RecordBatch, is_attempt: &[bool], call_parent: &[Option<usize>]) -> Attempts {
+        let hint = column(spans, col::CALLEE_HINT).as_string::<i32>();
+        let rows: Vec<usize> = (0..spans.num_rows()).filter(|&r| is_attempt[r]).collect();
+        let hints = ranked(rows.iter().map(|&r| callee_hint(hint, call_parent, r)));
+        Attempts { rows, hints }
+    }
+}
+
 /// Per attempt with a callee hint, a SERVER span of the service that SERVER spans under
 /// the batch's attempts most often have for that hint (ties: the service first by name);
 /// `None` otherwise. Computed here, with the other links, so `attempts` names its callee
@@ -688,19 +761,20 @@ fn callee_hint<'a>(
 /// column of every attempt and was more than half of the query (`EXPLAIN ANALYZE`).
 fn hint_servers(
     spans: &RecordBatch,
-    is_attempt: &[bool],
-    call_parent: &[Option<usize>],
+    attempts: &Attempts,
     server_child: &[Option<usize>],
 ) -> Vec<Option<usize>> {
-    let hint = column(spans, col::CALLEE_HINT).as_string::<i32>();
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
-    let hints: Vec<(usize, &str)> = (0..spans.num_rows())
-        .filter(|&row| is_attempt[row])
-        .filter_map(|row| Some((row, callee_hint(hint, call_parent, row)?)))
-        .collect();
+    let hinted = || {
+        attempts
+            .rows
+            .iter()
+            .zip(&attempts.hints)
+            .filter_map(|(&row, hint)| Some((row, (*hint)? as usize)))
+    };
     // (hint, service) -> (attempts, one SERVER span of that service)
-    let mut counts: HashMap<(&str, &str), (u64, usize), KeyedHash> = HashMap::default();
-    for &(row, h) in &hints {
+    let mut counts: HashMap<(usize, &str), (u64, usize), KeyedHash> = HashMap::default();
+    for (row, h) in hinted() {
         if let Some(server) = server_child[row] {
             counts
                 .entry((h, service.value(server)))
@@ -708,23 +782,26 @@ fn hint_servers(
                 .0 += 1;
         }
     }
-    // hint -> (attempts, service, SERVER span): most attempts, then the first service by name
-    let mut best: HashMap<&str, (u64, &str, usize), KeyedHash> = HashMap::default();
-    for ((h, name), (n, server)) in counts {
-        let better = |b: &(u64, &str, usize)| n > b.0 || (n == b.0 && name < b.1);
-        match best.get(h) {
-            Some(b) if !better(b) => {}
-            _ => {
-                best.insert(h, (n, name, server));
-            }
-        }
-    }
     let mut servers = vec![None; spans.num_rows()];
-    if best.is_empty() {
+    if counts.is_empty() {
         return servers;
     }
-    for (row, h) in hints {
-        servers[row] = best.get(h).map(|&(_, _, server)| server);
+    // per hint: (attempts, service, SERVER span): most attempts, then the first service by name
+    let hints = attempts
+        .hints
+        .iter()
+        .flatten()
+        .max()
+        .map_or(0, |&h| h as usize + 1);
+    let mut best: Vec<Option<(u64, &str, usize)>> = vec![None; hints];
+    for ((h, name), (n, server)) in counts {
+        let better = |b: &(u64, &str, usize)| n > b.0 || (n == b.0 && name < b.1);
+        if best[h].as_ref().is_none_or(better) {
+            best[h] = Some((n, name, server));
+        }
+    }
+    for (row, h) in hinted() {
+        servers[row] = best[h].map(|(_, _, server)| server);
     }
     servers
 }
@@ -732,8 +809,7 @@ fn hint_servers(
 /// Group attempts into logical calls (see the module docs for the order).
 fn logical_calls(
     spans: &RecordBatch,
-    is_attempt: &[bool],
-    call_parent: &[Option<usize>],
+    attempts: &Attempts,
     server_child: &[Option<usize>],
 ) -> Vec<CallSlot> {
     let column = |name: &str| column(spans, name);
@@ -741,13 +817,11 @@ fn logical_calls(
     let span = column(col::SPAN_ID).as_fixed_size_binary();
     let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
     let attempt = column(col::ATTEMPT).as_primitive::<Int32Type>();
-    let hint = column(col::CALLEE_HINT).as_string::<i32>();
     let operation = column(col::OPERATION).as_string::<i32>();
     let start = column(col::START_NS).as_primitive::<Int64Type>();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
 
     let rows = spans.num_rows();
-    let hint_of = |row: usize| callee_hint(hint, call_parent, row);
     let number = |row: usize| {
         if attempt.is_valid(row) {
             attempt.value(row)
@@ -760,26 +834,32 @@ fn logical_calls(
         col::UNREADABLE_ATTEMPT => i32::MAX,
         n => n,
     };
-    let attempts: Vec<usize> = (0..rows).filter(|r| is_attempt[*r]).collect();
-    let hint_ranks = ranks(attempts.iter().filter_map(|&r| hint_of(r)));
     let operation_of = |row: usize| operation.is_valid(row).then(|| operation.value(row));
-    let operation_ranks = ranks(attempts.iter().filter_map(|&r| operation_of(r)));
+    let operation_ranks = ranked(attempts.rows.iter().map(|&r| operation_of(r)));
     // (trace, parent, hint, operation) identifies a run of attempts; start, then the attempt
     // number where starts tie (coarse clocks), then span id order them.
     type Key = (u128, (bool, u64), (bool, u32), (bool, u32));
-    let key_of = |row: usize| -> Key {
+    let key_of = |i: usize, row: usize| -> Key {
         (
             trace_int(trace, row),
             nulls_last(parent.is_valid(row).then(|| span_int(parent, row))),
-            nulls_last(hint_of(row).and_then(|h| hint_ranks.get(h).copied())),
-            nulls_last(operation_of(row).and_then(|o| operation_ranks.get(o).copied())),
+            nulls_last(attempts.hints[i]),
+            nulls_last(operation_ranks[i]),
         )
     };
     let mut order: Vec<(Key, i64, i32, u64, usize)> = attempts
+        .rows
         .iter()
-        .map(|&row| {
+        .enumerate()
+        .map(|(i, &row)| {
             let at = start.value(row);
-            (key_of(row), at, sort_number(row), span_int(span, row), row)
+            (
+                key_of(i, row),
+                at,
+                sort_number(row),
+                span_int(span, row),
+                row,
+            )
         })
         .collect();
     order.sort_unstable();
@@ -837,6 +917,10 @@ fn indices(rows: impl IntoIterator<Item = Option<usize>>) -> UInt32Array {
 
 /// Rows `indices` of `column` (null where the index is), via Arrow's `take`.
 fn gather(column: &ArrayRef, indices: &UInt32Array) -> ArrayRef {
+    // No link at all (a batch without gRPC-style call spans): nothing to look up per row.
+    if indices.null_count() == indices.len() {
+        return arrow::array::new_null_array(column.data_type(), indices.len());
+    }
     match take(column.as_ref(), indices, None) {
         Ok(array) => array,
         Err(e) => unreachable!("indices come from the same batch: {e}"),
@@ -986,6 +1070,32 @@ mod tests {
     fn bools(batch: &RecordBatch, name: &str) -> Vec<bool> {
         let c: &BooleanArray = batch.column_by_name(name).unwrap().as_boolean();
         (0..c.len()).map(|i| c.value(i)).collect()
+    }
+
+    /// Copies of a span spread through interleaved traces, and one span id reused by
+    /// another trace: every later copy is repeated, the first stays, and the reuse is not a
+    /// copy.
+    #[test]
+    fn repeated_rows_are_later_copies_within_one_trace() {
+        let ids = |values: &[(u8, u8)]| {
+            let traces = FixedSizeBinaryArray::try_from_iter(values.iter().map(|(t, _)| [*t; 16]));
+            let spans = FixedSizeBinaryArray::try_from_iter(values.iter().map(|(_, s)| [*s; 8]));
+            (traces.unwrap(), spans.unwrap())
+        };
+        // rows:        0       1       2       3       4       5       6       7
+        let (traces, spans) = ids(&[
+            (1, 1),
+            (2, 1),
+            (1, 2),
+            (1, 1),
+            (2, 2),
+            (1, 1),
+            (2, 1),
+            (3, 9),
+        ]);
+        assert_eq!(repeated_rows(&traces, &spans), vec![3, 5, 6]);
+        let (traces, spans) = ids(&[(1, 1), (2, 1), (1, 2)]);
+        assert!(repeated_rows(&traces, &spans).is_empty());
     }
 
     /// Traces interleaved in the batch (files of requests as they came), reusing each
