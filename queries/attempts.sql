@@ -1,6 +1,7 @@
 -- attempts: one row per attempt, i.e. one try of a logical call.
 --
--- Inputs: lineage (the spans with their structural links, see crates/analytics/src/lineage.rs).
+-- Inputs: lineage_attempts (the attempts' rows of lineage, with their structural links, see
+-- crates/analytics/src/lineage.rs).
 -- Both retry shapes of the README end up here in the same form:
 --   * sibling attempts: CLIENT spans under one parent, numbered by retry /
 --     http.request.resend_count (the `attempt` column; absent = 0);
@@ -68,9 +69,9 @@ WITH tries AS (
     s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
     s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause,
     s.row_id, s.root_row, s.upstream_attempt_row
-  FROM lineage s
-  -- a call span is not an attempt; its numbered children are
-  WHERE s.is_attempt
+  -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
+  -- are), with the columns of the spans each is linked to
+  FROM lineage_attempts s
 )
 SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_call_id,
   o.caller, o.callee,

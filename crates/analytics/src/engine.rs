@@ -27,7 +27,10 @@ use stormglass_model::schema as col;
 
 use crate::clock::{self, ClockBounds};
 use crate::histogram;
-use crate::lineage::{self, CLOCK_PAIRS_SCHEMA, LINEAGE, LINEAGE_SCHEMA, Lineage};
+use crate::lineage::{
+    self, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA, LINEAGE, LINEAGE_SCHEMA,
+    Lineage,
+};
 use crate::planned::{self, Plans};
 use crate::queries::{self, Query};
 
@@ -397,6 +400,7 @@ impl Engine {
                 let inputs = [
                     ("spans", SPANS_SCHEMA.clone()),
                     (LINEAGE, LINEAGE_SCHEMA.clone()),
+                    (ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA.clone()),
                     ("clock_pairs", CLOCK_PAIRS_SCHEMA.clone()),
                     ("params", self.params.batch().schema()),
                     ("window_servers", window_servers(&[]).schema()),
@@ -412,11 +416,13 @@ impl Engine {
         let started = std::time::Instant::now();
         let Lineage {
             batch: lineage,
+            attempts,
             clock_pairs,
         } = lineage::lineage_in_window(&spans, &window.clocks, self.params.clock_tolerance_ms);
         timed("lineage (Rust)", started);
         loaded.fill("spans", vec![spans])?;
         loaded.fill(LINEAGE, vec![lineage])?;
+        loaded.fill(ATTEMPT_LINEAGE, vec![attempts])?;
         loaded.fill("clock_pairs", vec![clock_pairs])?;
         loaded.fill("params", vec![self.params.batch()])?;
         loaded.fill("window_servers", vec![window_servers(&window.servers)])?;

@@ -1,7 +1,8 @@
 //! The structural part of the analysis, computed in Rust over the Arrow columns and
-//! registered as the `lineage` table the SQL reads: ancestor walks (which SQL expresses
-//! badly) and the two parent/child lookups every attempt needs (which SQL expresses as
-//! self-joins of the whole span table, measured at most of an interval's cost).
+//! registered as the `lineage` and `lineage_attempts` tables the SQL reads: ancestor walks
+//! (which SQL expresses badly) and the two parent/child lookups every attempt needs (which
+//! SQL expresses as self-joins of the whole span table, measured at most of an interval's
+//! cost).
 //!
 //! `lineage` is the span table itself (every column of the span schema, shared, not
 //! copied) plus, per span:
@@ -15,15 +16,24 @@
 //! | `depth` | number of ancestors present |
 //! | `is_call_span` | a CLIENT/INTERNAL span with CLIENT/INTERNAL children carrying attempt numbers: a gRPC-style call span whose children are its attempts |
 //! | `parent_is_call_span` | the parent is such a call span |
+//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, a numbered INTERNAL child of a call span, or a numbered SERVER span whose parent is not an attempt (its caller, a proxy or gateway, sent no span for it); such a SERVER attempt is its own `server_*` span |
+//! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
+//! | `is_first_attempt`, `is_last_attempt` | attempts only: position within the call |
+//! | `row_id`, `root_row`, `upstream_attempt_row` | the span's row in this analysis's batch, its `root_span_id`'s and its `upstream_attempt_span_id`'s: keys for joins within one analysis (one integer hashes and compares in a fraction of the time of a trace id and a span id) |
+//!
+//! `lineage_attempts` has one row per attempt: the `lineage` columns `attempts` reads
+//! ([`ATTEMPT_COLUMNS`]), then the columns of the spans the attempt is linked to. They are
+//! gathered for the attempts alone: gathered for every span of `lineage` and filtered down
+//! to the attempts in SQL, they were copied twice, ~45 columns, a fifth of an analysis.
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `prev_outcome`, `prev_end_ns` | the outcome and end of the attempt before it in the call |
+//! | `call_server_service` | the service of a SERVER span under any attempt of the call (the greatest, if several) |
+//! | `caller_service` | the service that made the attempt: its own, or for a SERVER attempt its parent's (null without a parent) |
 //! | `call_anchor_deadline_ms`, `call_anchor_start_ns` | the anchor of the parent call span (the budget the whole call had to fit in), when the parent is one |
 //! | `call_parent_span_id`, `call_attempt`, `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
-//! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the span's first SERVER child by start (else null) |
-//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, a numbered INTERNAL child of a call span, or a numbered SERVER span whose parent is not an attempt (its caller, a proxy or gateway, sent no span for it); such a SERVER attempt is its own `server_*` span |
-//! | `caller_service` | attempts only: the service that made the attempt: its own, or for a SERVER attempt its parent's (null without a parent) |
-//! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
-//! | `is_first_attempt`, `is_last_attempt`, `prev_outcome`, `prev_end_ns` | attempts only: position within the call, and the outcome and end of the attempt before it in the call |
-//! | `call_server_service` | attempts only: the service of a SERVER span under any attempt of the call (the greatest, if several) |
-//! | `row_id`, `root_row`, `upstream_attempt_row` | the span's row in this analysis's batch, its `root_span_id`'s and its `upstream_attempt_span_id`'s: keys for joins within one analysis (one integer hashes and compares in a fraction of the time of a trace id and a span id) |
+//! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the attempt's first SERVER child by start (else null) |
 //! | `hint_server_service` | attempts with a callee hint (theirs, else their call span's): the service SERVER spans under this batch's attempts most often have for that hint (ties: the first by name), the callee's name where no SERVER span answered the call itself |
 //!
 //! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
@@ -63,6 +73,9 @@ use stormglass_model::schema::{self as col, SPAN_ID_LEN};
 /// Name of the registered table.
 pub const LINEAGE: &str = "lineage";
 
+/// Name of the registered table of the attempts' lineage.
+pub const ATTEMPT_LINEAGE: &str = "lineage_attempts";
+
 /// Span columns copied from the parent call span (prefix `call_`).
 const CALL_COLUMNS: [&str; 7] = [
     col::PARENT_SPAN_ID,
@@ -85,14 +98,16 @@ const SERVER_COLUMNS: [(&str, &str); 7] = [
     (col::DEADLINE_MS, "server_deadline_ms"),
 ];
 
-/// The span schema followed by the lineage columns.
+/// A field of the span schema.
+fn span_field(name: &str) -> Field {
+    match stormglass_model::SPANS_SCHEMA.field_with_name(name) {
+        Ok(f) => f.clone(),
+        Err(e) => unreachable!("{name} is a span column: {e}"),
+    }
+}
+
+/// The span schema followed by the lineage columns every span has.
 pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    let span_field = |name: &str| -> Field {
-        match stormglass_model::SPANS_SCHEMA.field_with_name(name) {
-            Ok(f) => f.clone(),
-            Err(e) => unreachable!("{name} is a span column: {e}"),
-        }
-    };
     let mut fields: Vec<Field> = stormglass_model::SPANS_SCHEMA
         .fields()
         .iter()
@@ -119,53 +134,70 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("logical_call_id", DataType::Int64, true),
         Field::new("is_first_attempt", DataType::Boolean, true),
         Field::new("is_last_attempt", DataType::Boolean, true),
-    ]);
-    fields.push(
-        span_field(col::OUTCOME)
-            .with_name("prev_outcome")
-            .with_nullable(true),
-    );
-    fields.push(
-        span_field(col::END_NS)
-            .with_name("prev_end_ns")
-            .with_nullable(true),
-    );
-    fields.push(
-        span_field(col::SERVICE_NAME)
-            .with_name("call_server_service")
-            .with_nullable(true),
-    );
-    fields.push(
-        span_field(col::SERVICE_NAME)
-            .with_name("caller_service")
-            .with_nullable(true),
-    );
-    fields.push(Field::new(
-        "call_anchor_deadline_ms",
-        DataType::Float64,
-        true,
-    ));
-    fields.push(Field::new("call_anchor_start_ns", DataType::Int64, true));
-    fields.extend(CALL_COLUMNS.iter().map(|name| {
-        span_field(name)
-            .with_name(format!("call_{name}"))
-            .with_nullable(true)
-    }));
-    fields.extend(
-        SERVER_COLUMNS
-            .iter()
-            .map(|(from, to)| span_field(from).with_name(*to).with_nullable(true)),
-    );
-    fields.push(
-        span_field(col::SERVICE_NAME)
-            .with_name("hint_server_service")
-            .with_nullable(true),
-    );
-    fields.extend([
         Field::new("row_id", DataType::Int64, false),
         Field::new("root_row", DataType::Int64, false),
         Field::new("upstream_attempt_row", DataType::Int64, true),
     ]);
+    Arc::new(Schema::new(fields))
+});
+
+/// Columns of `lineage` that `lineage_attempts` carries for each attempt: what `attempts`
+/// reads.
+const ATTEMPT_COLUMNS: [&str; 26] = [
+    col::TRACE_ID,
+    col::SPAN_ID,
+    col::PARENT_SPAN_ID,
+    col::OPERATION,
+    col::ATTEMPT,
+    col::RETRY_CAUSE,
+    col::OUTCOME,
+    col::START_NS,
+    col::END_NS,
+    col::DEADLINE_MS,
+    col::IDEMPOTENT,
+    col::HAS_IDEMPOTENCY_KEY,
+    col::IS_WRITE,
+    col::CALLEE_HINT,
+    col::WEIGHT,
+    "upstream_retry",
+    "anchor_deadline_ms",
+    "anchor_start_ns",
+    "upstream_attempt_span_id",
+    "root_span_id",
+    "logical_call_id",
+    "is_first_attempt",
+    "is_last_attempt",
+    "row_id",
+    "root_row",
+    "upstream_attempt_row",
+];
+
+/// The attempts' columns of `lineage` ([`ATTEMPT_COLUMNS`]), then the columns copied
+/// from the spans an attempt is linked to (see the module docs).
+pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let mut fields: Vec<Field> = ATTEMPT_COLUMNS
+        .iter()
+        .map(|name| match LINEAGE_SCHEMA.field_with_name(name) {
+            Ok(f) => f.clone(),
+            Err(e) => unreachable!("{name} is a lineage column: {e}"),
+        })
+        .collect();
+    let nullable = |name: &str, to: &str| span_field(name).with_name(to).with_nullable(true);
+    fields.extend([
+        nullable(col::OUTCOME, "prev_outcome"),
+        nullable(col::END_NS, "prev_end_ns"),
+        nullable(col::SERVICE_NAME, "call_server_service"),
+        nullable(col::SERVICE_NAME, "caller_service"),
+        Field::new("call_anchor_deadline_ms", DataType::Float64, true),
+        Field::new("call_anchor_start_ns", DataType::Int64, true),
+    ]);
+    fields.extend(
+        CALL_COLUMNS
+            .iter()
+            .map(|name| nullable(name, &format!("call_{name}"))),
+    );
+    fields.extend(SERVER_COLUMNS.iter().map(|(from, to)| nullable(from, to)));
+    fields.push(nullable(col::SERVICE_NAME, "hint_server_service"));
     Arc::new(Schema::new(fields))
 });
 
@@ -183,6 +215,8 @@ pub static CLOCK_PAIRS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 /// The lineage table and the clock pairs it was corrected with.
 pub struct Lineage {
     pub batch: RecordBatch,
+    /// `lineage_attempts`: one row per attempt ([`ATTEMPT_LINEAGE_SCHEMA`]).
+    pub attempts: RecordBatch,
     pub clock_pairs: RecordBatch,
 }
 
@@ -363,9 +397,13 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         hint_server: &hint_server,
     };
     let started = std::time::Instant::now();
-    let batch = build(corrected.as_ref().unwrap_or(spans), nodes, &links, &calls);
+    let (batch, attempts) = build(corrected.as_ref().unwrap_or(spans), nodes, &links, &calls);
     timed("lineage: columns", started);
-    Lineage { batch, clock_pairs }
+    Lineage {
+        batch,
+        attempts,
+        clock_pairs,
+    }
 }
 
 /// The bounds of `spans`' own completed calls per service pair (see [`crate::clock`]): what
@@ -937,12 +975,13 @@ struct Links<'a> {
     hint_server: &'a [Option<usize>],
 }
 
+/// The `lineage` batch (every span) and the `lineage_attempts` batch (see the module docs).
 fn build(
     spans: &RecordBatch,
     nodes: Vec<Option<Node>>,
     links: &Links,
     calls: &[CallSlot],
-) -> RecordBatch {
+) -> (RecordBatch, RecordBatch) {
     let Links {
         is_call,
         call_parent,
@@ -969,6 +1008,7 @@ fn build(
             columns[index] = Arc::new(numbers);
         }
     }
+    let row_id = |row: usize| i64::try_from(row).unwrap_or(i64::MAX);
     columns.extend([
         Arc::new(BooleanArray::from_iter(
             nodes.iter().map(|n| Some(n.upstream_retry)),
@@ -996,42 +1036,7 @@ fn build(
         Arc::new(BooleanArray::from_iter(
             calls.iter().map(|c| c.id.map(|_| c.last)),
         )),
-    ]);
-    let previous = indices(calls.iter().map(|c| c.previous));
-    columns.push(gather(by_name(col::OUTCOME), &previous));
-    columns.push(gather(by_name(col::END_NS), &previous));
-    let call_server = indices(calls.iter().map(|c| c.server));
-    columns.push(gather(by_name(col::SERVICE_NAME), &call_server));
-    columns.push(gather(
-        by_name(col::SERVICE_NAME),
-        &indices(caller_of.iter().copied()),
-    ));
-    let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
-    columns.push(Arc::new(Float64Array::from_iter(
-        (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.0)),
-    )));
-    columns.push(Arc::new(Int64Array::from_iter(
-        (0..nodes.len()).map(|row| call_anchor(row).map(|a| a.1)),
-    )));
-    let call_parent = indices(call_parent.iter().copied());
-    columns.extend(
-        CALL_COLUMNS
-            .iter()
-            .map(|name| gather(by_name(name), &call_parent)),
-    );
-    let server_child = indices(server_child.iter().copied());
-    columns.extend(
-        SERVER_COLUMNS
-            .iter()
-            .map(|(name, _)| gather(by_name(name), &server_child)),
-    );
-    columns.push(gather(
-        by_name(col::SERVICE_NAME),
-        &indices(hint_server.iter().copied()),
-    ));
-    let row_id = |row: usize| i64::try_from(row).unwrap_or(i64::MAX);
-    columns.extend([
-        Arc::new(Int64Array::from_iter_values((0..nodes.len()).map(row_id))) as ArrayRef,
+        Arc::new(Int64Array::from_iter_values((0..nodes.len()).map(row_id))),
         Arc::new(Int64Array::from_iter_values(
             nodes.iter().map(|n| row_id(n.root)),
         )),
@@ -1039,10 +1044,56 @@ fn build(
             nodes.iter().map(|n| n.upstream_attempt.map(row_id)),
         )),
     ]);
-    match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
+    let lineage = match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
-    }
+    };
+
+    // The attempts: their own columns taken from `lineage`, each linked span's gathered.
+    let attempts: Vec<usize> = (0..calls.len())
+        .filter(|&r| calls[r].id.is_some())
+        .collect();
+    let rows = indices(attempts.iter().map(|&r| Some(r)));
+    let linked = |link: &dyn Fn(usize) -> Option<usize>| indices(attempts.iter().map(|&r| link(r)));
+    let mut columns: Vec<ArrayRef> = ATTEMPT_COLUMNS
+        .iter()
+        .map(|name| gather(column(&lineage, name), &rows))
+        .collect();
+    let previous = linked(&|r| calls[r].previous);
+    columns.push(gather(by_name(col::OUTCOME), &previous));
+    columns.push(gather(by_name(col::END_NS), &previous));
+    columns.push(gather(
+        by_name(col::SERVICE_NAME),
+        &linked(&|r| calls[r].server),
+    ));
+    columns.push(gather(
+        by_name(col::SERVICE_NAME),
+        &linked(&|r| caller_of[r]),
+    ));
+    let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
+    columns.push(Arc::new(Float64Array::from_iter(
+        attempts.iter().map(|&r| call_anchor(r).map(|a| a.0)),
+    )));
+    columns.push(Arc::new(Int64Array::from_iter(
+        attempts.iter().map(|&r| call_anchor(r).map(|a| a.1)),
+    )));
+    let call = linked(&|r| call_parent[r]);
+    columns.extend(CALL_COLUMNS.iter().map(|name| gather(by_name(name), &call)));
+    let server = linked(&|r| server_child[r]);
+    columns.extend(
+        SERVER_COLUMNS
+            .iter()
+            .map(|(name, _)| gather(by_name(name), &server)),
+    );
+    columns.push(gather(
+        by_name(col::SERVICE_NAME),
+        &linked(&|r| hint_server[r]),
+    ));
+    let attempts = match RecordBatch::try_new(ATTEMPT_LINEAGE_SCHEMA.clone(), columns) {
+        Ok(batch) => batch,
+        Err(e) => unreachable!("attempt columns follow ATTEMPT_LINEAGE_SCHEMA: {e}"),
+    };
+    (lineage, attempts)
 }
 
 #[cfg(test)]
@@ -1160,16 +1211,16 @@ mod tests {
                 ("a", vec![server(17, 7, 60)]),
             ]),
         );
-        let lineage = lineage(&batch);
-        let ids = lineage
+        let attempts = lineage_in_window(&batch, &ClockBounds::new(), 1.0).attempts;
+        let ids = attempts
             .column_by_name(col::SPAN_ID)
             .unwrap()
             .as_fixed_size_binary();
-        let named = lineage
+        let named = attempts
             .column_by_name("hint_server_service")
             .unwrap()
             .as_string::<i32>();
-        let by_span: HashMap<u8, Option<&str>> = (0..lineage.num_rows())
+        let by_span: HashMap<u8, Option<&str>> = (0..attempts.num_rows())
             .map(|row| {
                 (
                     ids.value(row)[7],
@@ -1178,16 +1229,16 @@ mod tests {
             })
             .collect();
         for (span, expected) in [
-            (1, None),
             (2, Some("db")),
             (4, Some("db")),
             (5, Some("db")),
             (6, Some("a")),
             (8, Some("a")),
-            (12, None),
         ] {
             assert_eq!(by_span[&span], expected, "span {span}");
         }
+        // The root and the SERVER spans are not attempts: no rows of `lineage_attempts`.
+        assert!(!by_span.contains_key(&1) && !by_span.contains_key(&12));
     }
 
     /// Coarse clocks: a first attempt and its retry with the same start time, the retry

@@ -13,7 +13,11 @@ mod fixtures;
 use std::path::PathBuf;
 
 use fixtures::Spans;
-use stormglass_analytics::{Engine, lineage::LINEAGE, queries};
+use stormglass_analytics::{
+    Engine,
+    lineage::{ATTEMPT_LINEAGE, LINEAGE},
+    queries,
+};
 use stormglass_model::{Conventions, encode_request};
 
 async fn check(name: &str, build: fn(&mut Spans, u32)) {
@@ -22,7 +26,7 @@ async fn check(name: &str, build: fn(&mut Spans, u32)) {
     let (batch, _) = encode_request(&Conventions::default(), &spans.request());
     let ctx = Engine::default().query_context(batch).await.unwrap();
 
-    let mut tables: Vec<String> = vec![LINEAGE.to_owned()];
+    let mut tables: Vec<String> = vec![LINEAGE.to_owned(), ATTEMPT_LINEAGE.to_owned()];
     tables.extend(queries::DERIVED.iter().map(|q| q.name.to_owned()));
     tables.extend(
         queries::PARTIALS

@@ -55,9 +55,9 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Run SQL over span files: tables spans, lineage, attempts, logical_calls, entries,
-    /// orphans, findings, and the report tables edges, layers, edge_causes,
-    /// entry_operations, trace_counts, finding_counts.
+    /// Run SQL over span files: tables spans, lineage, lineage_attempts, attempts,
+    /// logical_calls, entries, orphans, findings, and the report tables edges, layers,
+    /// edge_causes, entry_operations, trace_counts, finding_counts.
     Query {
         /// The SQL to run.
         sql: String,
