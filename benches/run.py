@@ -98,23 +98,23 @@ def wait_port(port, timeout=30):
     raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+def stat_cpu_seconds(path):
+    """utime + stime of a /proc stat file, and the process's or thread's name."""
+    with open(path) as f:
+        name, fields = f.read().split("(", 1)[1].rsplit(")", 1)
+    fields = fields.split()
+    return (int(fields[11]) + int(fields[12])) / TICKS, name
+
+
 def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return stat_cpu_seconds(f"/proc/{pid}/stat")[0]
 
 
 def thread_cpu_seconds(pid, prefix):
     """CPU seconds of a process's threads whose name starts with `prefix` (Linux cuts
     thread names to 15 characters)."""
-    total = 0.0
-    for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
-        with open(stat) as f:
-            name, fields = f.read().split("(", 1)[1].rsplit(")", 1)
-        if name.startswith(prefix):
-            fields = fields.split()
-            total += (int(fields[11]) + int(fields[12])) / TICKS
-    return total
+    threads = (stat_cpu_seconds(stat) for stat in glob.glob(f"/proc/{pid}/task/*/stat"))
+    return sum(seconds for seconds, name in threads if name.startswith(prefix))
 
 
 def metrics(api):

@@ -390,6 +390,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
     let corrected = in_root_clock(spans, &nodes);
     let hint_server = hint_servers(spans, &attempts, &server_child);
     let links = Links {
+        attempts: &attempts.rows,
         is_call: &is_call,
         call_parent: &call_parent,
         server_child: &server_child,
@@ -968,6 +969,8 @@ fn gather(column: &ArrayRef, indices: &UInt32Array) -> ArrayRef {
 /// Per span, the rows it is linked to (see the module docs).
 #[derive(Clone, Copy)]
 struct Links<'a> {
+    /// The attempts' rows, in row order.
+    attempts: &'a [usize],
     is_call: &'a [bool],
     call_parent: &'a [Option<usize>],
     server_child: &'a [Option<usize>],
@@ -983,6 +986,7 @@ fn build(
     calls: &[CallSlot],
 ) -> (RecordBatch, RecordBatch) {
     let Links {
+        attempts,
         is_call,
         call_parent,
         server_child,
@@ -1050,9 +1054,6 @@ fn build(
     };
 
     // The attempts: their own columns taken from `lineage`, each linked span's gathered.
-    let attempts: Vec<usize> = (0..calls.len())
-        .filter(|&r| calls[r].id.is_some())
-        .collect();
     let rows = indices(attempts.iter().map(|&r| Some(r)));
     let linked = |link: &dyn Fn(usize) -> Option<usize>| indices(attempts.iter().map(|&r| link(r)));
     let mut columns: Vec<ArrayRef> = ATTEMPT_COLUMNS
