@@ -369,3 +369,63 @@ fn analysis_panic_fails_healthz_until_it_recovers() {
     server.wait_until("/healthz recovered", |_| common::get(&healthz).0 == 200);
     assert_eq!(server.metric("stormglass_internal_errors_total", &[]), 1.0);
 }
+
+/// Each thread of a process: its name (cut to 15 bytes by Linux), nice value and id, from
+/// /proc/PID/task/*/stat.
+fn threads_nice(pid: u32) -> Vec<(String, i32, u32)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap();
+        let tid: u32 = task.file_name().to_str().unwrap().parse().unwrap();
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended
+        };
+        let (name, rest) = stat.split_once('(').unwrap().1.rsplit_once(')').unwrap();
+        // Fields after the name start at field 3 (state); nice is field 19.
+        let nice = rest.split_whitespace().nth(16).unwrap().parse().unwrap();
+        threads.push((name.to_owned(), nice, tid));
+    }
+    threads
+}
+
+/// CPU priority: the receivers' runtime threads run `limits.receiver_nice` nicer than the
+/// process, while the assembly and analysis threads (the pipeline's drain) keep its
+/// priority, so a busy machine runs the analysis before more intake.
+#[test]
+fn receivers_run_nicer_than_assembly_and_analysis() {
+    let server = Server::start(&[
+        ("RUST_LOG", "warn"),
+        ("STORMGLASS_LIMITS__RECEIVER_NICE", "7"),
+    ]);
+    // A new thread takes its name once it runs: wait until both named threads show.
+    let mut threads = threads_nice(server.pid());
+    for _ in 0..100 {
+        let named = |prefix: &str| threads.iter().any(|(name, _, _)| name.starts_with(prefix));
+        if named("stormglass-anal") && named("stormglass-asse") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        threads = threads_nice(server.pid());
+    }
+    let base = threads
+        .iter()
+        .find(|(_, _, tid)| *tid == server.pid())
+        .map(|(_, nice, _)| *nice)
+        .unwrap();
+    let nice_of = |prefix: &str| -> Vec<i32> {
+        threads
+            .iter()
+            .filter(|(name, _, _)| name.starts_with(prefix))
+            .map(|(_, nice, _)| *nice)
+            .collect()
+    };
+    let receivers = nice_of("stormglass-io");
+    assert!(!receivers.is_empty(), "no receiver threads in {threads:?}");
+    assert!(
+        receivers.iter().all(|n| *n == (base + 7).min(19)),
+        "receiver threads at {receivers:?}, process at {base}"
+    );
+    assert_eq!(nice_of("stormglass-anal"), vec![base], "{threads:?}");
+    assert_eq!(nice_of("stormglass-asse"), vec![base], "{threads:?}");
+    assert!(server.terminate().0);
+}

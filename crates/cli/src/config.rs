@@ -233,6 +233,9 @@ pub struct LimitsConfig {
     /// Series per exported figure metric; beyond it new series fold into
     /// `operation="__overflow__"`.
     pub max_series_per_metric: usize,
+    /// How much lower the receivers' CPU priority is than the assembly's and the analysis's:
+    /// added to the process's nice value on the receivers' threads (0 to 19; 0: the same).
+    pub receiver_nice: u8,
 }
 
 impl Default for LimitsConfig {
@@ -243,6 +246,7 @@ impl Default for LimitsConfig {
             max_request_bytes: 64 << 20,
             request_timeout: stormglass_ingest::admission::DEFAULT_BODY_TIMEOUT,
             max_series_per_metric: 2000,
+            receiver_nice: 10,
         }
     }
 }
@@ -397,6 +401,12 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         errors.push((
             "limits.request_timeout".to_owned(),
             "must be greater than 0 (default 30s)".to_owned(),
+        ));
+    }
+    if config.limits.receiver_nice > 19 {
+        errors.push((
+            "limits.receiver_nice".to_owned(),
+            "must be between 0 and 19 (default 10)".to_owned(),
         ));
     }
     if config.limits.max_concurrent_requests == 0 {
@@ -591,17 +601,18 @@ mod tests {
     fn errors_name_their_keys() {
         let path = write(
             "bad.yaml",
-            "assembly:\n  idle: soon\nlisten:\n  grpc: nowhere\nlimits:\n  max_request_bytes: 0\nanalytic:\n  x: 1\n",
+            "assembly:\n  idle: soon\nlisten:\n  grpc: nowhere\nlimits:\n  max_request_bytes: 0\n  receiver_nice: 20\nanalytic:\n  x: 1\n",
         );
         let env = [("STORMGLASS_ASSEMBLY__IDEL".to_owned(), "1s".to_owned())];
         let errors = load(Some(&path), env, &vec![]).unwrap_err();
         let keys: Vec<&str> = errors.0.iter().map(|(k, _)| k.as_str()).collect();
         assert!(keys.contains(&"listen.grpc"), "{errors}");
         assert!(keys.contains(&"limits.max_request_bytes"), "{errors}");
+        assert!(keys.contains(&"limits.receiver_nice"), "{errors}");
         assert!(keys.contains(&"analytic"), "{errors}");
         assert!(keys.contains(&"assembly.idle"), "{errors}");
         assert!(keys.contains(&"assembly.idel"), "{errors}");
-        assert_eq!(keys.len(), 5, "{errors}");
+        assert_eq!(keys.len(), 6, "{errors}");
         assert!(
             errors.to_string().contains("(found \"nowhere\")"),
             "{errors}"

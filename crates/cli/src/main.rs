@@ -235,7 +235,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .filter_map(|(key, value)| value.map(|v| (key, v)))
     .collect();
     let config = config::load(args.config.as_deref(), std::env::vars(), &flags)?;
-    tokio::runtime::Runtime::new()?.block_on(serve::run(config))
+    serve::runtime(config.limits.receiver_nice)?.block_on(serve::run(config))
 }
 
 fn scenario(name: &str) -> Result<stormglass_demo::Scenario, String> {
@@ -262,7 +262,8 @@ fn demo(
         ("analytics.interval", "2s".to_owned()),
     ];
     let config = config::load(config.as_deref(), std::env::vars(), &quick)?;
-    tokio::runtime::Runtime::new()?.block_on(demo::run(config, scenario, duration, rate))
+    serve::runtime(config.limits.receiver_nice)?
+        .block_on(demo::run(config, scenario, duration, rate))
 }
 
 fn load(args: LoadArgs) -> anyhow::Result<()> {
