@@ -330,41 +330,57 @@ async fn join(thread: std::thread::JoinHandle<()>, name: &str) -> anyhow::Result
 }
 
 /// The runtime the receivers, the API and the alert evaluator run on: one worker per core,
-/// each thread `receiver_nice` nicer than the thread that builds it (which starts the
-/// assembly and analysis threads; see the module docs).
-///
-/// Measured with `stormglass load --concurrency 64` against `stormglass serve` on a 2-core
-/// machine before this setting existed, three alternated pairs, every thread but the
-/// analysis's reniced by hand: each chunk's analysis took 1.38-1.46x its thread's CPU time
-/// at equal priority (waiting for a core), 1.01-1.05x with the others 10 nicer, at the same
-/// spans per server CPU-second.
+/// each thread at the nice value of the thread that builds it (which starts the assembly
+/// and analysis threads) plus `receiver_nice`; see the module docs and the README
+/// ("Benchmarks") for what it changed. The value is computed once, here: a thread inherits
+/// its creator's nice value, so adding to each new thread's own would lower blocking-pool
+/// threads (started from the already lowered workers) twice.
 pub fn runtime(receiver_nice: u8) -> std::io::Result<tokio::runtime::Runtime> {
+    let nice = lowered(receiver_nice);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("stormglass-io")
-        .on_thread_start(move || lower_priority(receiver_nice))
+        .on_thread_start(move || {
+            if let Some(nice) = nice {
+                set_nice(nice);
+            }
+        })
         .build()
 }
 
-/// Add `by` to the calling thread's nice value (capped at 19). On Linux a thread's nice
-/// value is its own (`setpriority(PRIO_PROCESS, 0)` changes the calling thread only);
-/// raising it needs no privilege.
+/// The calling thread's nice value plus `by` (capped at 19), or `None` to leave it.
 #[cfg(target_os = "linux")]
-fn lower_priority(by: u8) {
-    use rustix::process::{getpriority_process, setpriority_process};
+fn lowered(by: u8) -> Option<i32> {
     if by == 0 {
-        return;
+        return None;
     }
-    let lowered = getpriority_process(None)
-        .and_then(|nice| setpriority_process(None, (nice + i32::from(by)).min(19)));
-    if let Err(e) = lowered {
+    match rustix::process::getpriority_process(None) {
+        Ok(nice) => Some((nice + i32::from(by)).min(19)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the CPU priority; the receivers keep it");
+            None
+        }
+    }
+}
+
+/// Set the calling thread's nice value. On Linux a thread's nice value is its own
+/// (`setpriority(PRIO_PROCESS, 0)` changes the calling thread only); raising it needs no
+/// privilege.
+#[cfg(target_os = "linux")]
+fn set_nice(nice: i32) {
+    if let Err(e) = rustix::process::setpriority_process(None, nice) {
         tracing::warn!(error = %e, "cannot lower the receivers' CPU priority (limits.receiver_nice)");
     }
 }
 
 /// Elsewhere a process has one priority: the receivers keep the process's.
 #[cfg(not(target_os = "linux"))]
-fn lower_priority(_by: u8) {}
+fn lowered(_by: u8) -> Option<i32> {
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_nice(_nice: i32) {}
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let collector = Collector::start(config).await?;
