@@ -278,6 +278,9 @@ fn overload_stays_within_the_memory_budget() {
     server.wait_until("every accepted span released and analysed", |s| {
         accounted(s) && s.metric("stormglass_assembly_spans", &[]) == 0.0
     });
+    // Analysed, not merely counted: a chunk whose analysis fails counts its spans too.
+    let errors = server.metric("stormglass_internal_errors_total", &["task=\"analysis\""]);
+    assert_eq!(errors, 0.0, "every chunk analysed inside the small budget");
     let analysed = server.metric("stormglass_analysis_spans_total", &[]);
     let report = load_with("http", &server.http, server.pid(), "1s", "1", "100", &[]);
     assert_eq!(report["refused_spans"], 0, "recovered: {report}");

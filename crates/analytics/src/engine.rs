@@ -359,9 +359,15 @@ impl Engine {
     }
 
     fn session_with(memory_limit: Option<usize>, partitions: usize) -> SessionContext {
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_target_partitions(partitions)
             .with_information_schema(true);
+        if let Some(bytes) = memory_limit {
+            // A sort reserves this much of the pool for its merge before it takes a row:
+            // DataFusion's default, 10 MiB, is more than the whole pool of a small budget
+            // (4 MiB at `limits.memory: 32MiB`), where every chunk's analysis failed.
+            config = config.with_sort_spill_reservation_bytes((bytes / 8).min(10 << 20));
+        }
         let runtime = memory_limit.and_then(|bytes| {
             datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
                 .with_memory_limit(bytes, 1.0)
