@@ -18,8 +18,10 @@
 -- one analysis, and each attempt's place in its call) is computed in Rust with the lineage:
 -- as two window passes over the whole table it dominated every interval's analysis.
 -- The callee is the service of a SERVER span under any attempt of the call,
--- else the service such SERVER spans most often have for this callee hint, else the hint
--- (both services found with the lineage: see hint_server_service there).
+-- else the service such SERVER spans most often have for this callee hint, else the hint,
+-- else `unknown`; the caller is the service that made the attempt (a SERVER attempt's
+-- parent's), else `unknown`. Both are named with the lineage (its `callee` and `caller`),
+-- which also gives each (caller, callee, operation) one integer, `edge`.
 -- cause: the attempt's cause attribute, else the previous attempt's outcome (null on
 -- attempt 0). backoff_ms: gap since the previous attempt's end (null on the first).
 -- baseline: the attempt would happen with no retry anywhere upstream (its number and every
@@ -39,10 +41,14 @@
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
 --   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
 --   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
---   has_cause, row_id, root_row, upstream_attempt_row
+--   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
+-- edge, upstream_edge: the integer key of (caller, callee, operation) in `edge_names`, and
+-- the upstream attempt's (null when the upstream span is not an attempt): the partials
+-- group by it and join the names once per edge (grouping by the three strings was most of
+-- their work).
 -- numbered, has_cause: the span carries an attempt number / a cause attribute of its own
 -- (instrumentation coverage; `attempt` defaults to 0 and `cause` to the previous outcome).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
@@ -50,7 +56,7 @@
 WITH tries AS (
   SELECT s.trace_id, s.span_id, s.parent_span_id,
     COALESCE(s.call_parent_span_id, s.parent_span_id) AS calling_span_id,
-    COALESCE(s.caller_service, 'unknown') AS caller,
+    s.caller,
     s.operation, COALESCE(s.attempt, 0) AS attempt, s.retry_cause, s.outcome,
     s.start_ns, s.end_ns,
     COALESCE(s.deadline_ms, s.call_deadline_ms) AS deadline_ms,
@@ -63,12 +69,11 @@ WITH tries AS (
     s.server_span_id, s.server_service, s.server_end_ns, s.server_outcome,
     s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
     s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
-    COALESCE(s.call_server_service, s.hint_server_service, s.callee_hint, s.call_callee_hint,
-      'unknown') AS callee,
+    s.callee,
     s.call_attempt AS outer_attempt,
     s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
     s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause,
-    s.row_id, s.root_row, s.upstream_attempt_row
+    s.row_id, s.root_row, s.upstream_attempt_row, s.edge, s.upstream_edge
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -89,5 +94,6 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.server_ctx_cancelled, o.server_deadline_ms,
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
   o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
-  o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row
+  o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row, o.edge,
+  o.upstream_edge
 FROM tries o

@@ -28,7 +28,9 @@
 -- weight: how many such findings this one stands for under sampling (the weight of the
 -- attempt, call or entry it is about).
 --
--- Output: kind, trace_id, caller, callee, operation, detail, weight
+-- Output: kind, trace_id, caller, callee, operation, detail, weight, edge
+-- edge: the key of (caller, callee, operation) in `edge_names` (see attempts); null for
+-- multi_layer_retry, which names a trace's entry, not an edge.
 WITH budgeted AS (
   SELECT lc.*,
     lc.deadline_ms > lc.anchor_deadline_ms - (lc.start_ns - lc.anchor_start_ns) / 1e6
@@ -54,7 +56,7 @@ ordered AS (
   -- neighbours' parent: one ordered pass finds every parent's boundaries, where a window
   -- per parent cost ~5 us a parent in DataFusion (a parent has a few calls)
   SELECT b.trace_id, b.parent_span_id, b.logical_call_id, b.caller, b.callee, b.operation,
-    b.start_ns, b.end_ns, b.deadline_ms, b.anchor_deadline_ms, b.inverted, b.weight,
+    b.start_ns, b.end_ns, b.deadline_ms, b.anchor_deadline_ms, b.inverted, b.weight, b.edge,
     COALESCE(LAG(b.trace_id) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
         ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) <> b.trace_id
       OR LAG(b.parent_span_id) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
@@ -104,7 +106,7 @@ sequential_calls AS (
   -- end among the earlier siblings and the next sibling's start decide it (clocks of
   -- millisecond resolution make back-to-back calls touch or overlap by a tick)
   SELECT k.trace_id, k.parent_span_id, k.logical_call_id, k.caller, k.callee, k.operation,
-    k.start_ns, k.deadline_ms, k.anchor_deadline_ms, k.inverted, k.weight, k.parent_no
+    k.start_ns, k.deadline_ms, k.anchor_deadline_ms, k.inverted, k.weight, k.edge, k.parent_no
   FROM params p CROSS JOIN siblings k
   WHERE (k.earlier_end_ns IS NULL OR k.earlier_end_ns <= k.start_ns + p.deadline_tolerance_ms * 1e6)
     AND (k.next_start_ns IS NULL OR k.next_start_ns >= k.end_ns - p.deadline_tolerance_ms * 1e6)
@@ -142,7 +144,7 @@ SELECT 'deadline_inversion' AS kind, a.trace_id, a.caller, a.callee, a.operation
   concat('budget ', CAST(ROUND(a.own_deadline_ms) AS BIGINT), ' ms exceeds the ',
     CAST(ROUND(a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6) AS BIGINT),
     ' ms the caller had left') AS detail,
-  a.weight
+  a.weight, a.edge
 FROM params p CROSS JOIN attempts a
 WHERE a.own_deadline_ms IS NOT NULL AND a.anchor_deadline_ms IS NOT NULL
   AND a.own_deadline_ms > a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6
@@ -152,14 +154,14 @@ SELECT 'deadline_inversion', b.trace_id, b.caller, b.callee, b.operation,
   concat('budget ', CAST(ROUND(b.deadline_ms) AS BIGINT), ' ms exceeds the ',
     CAST(ROUND(b.anchor_deadline_ms - (b.start_ns - b.anchor_start_ns) / 1e6) AS BIGINT),
     ' ms the caller had left'),
-  b.weight
+  b.weight, b.edge
 FROM budgeted b
 WHERE b.inverted AND b.budget_on_call_span
 UNION ALL
 SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
   concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
     ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms'),
-  s.weight
+  s.weight, s.edge
 FROM params p CROSS JOIN sequential s
 JOIN overcommitted o ON o.parent_no = s.parent_no
 -- the call whose budget crosses the parent's: over after it, not before
@@ -170,31 +172,31 @@ UNION ALL
 SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
   concat('the attempt had a ', CAST(ROUND(a.deadline_ms) AS BIGINT),
     ' ms budget; the callee received none'),
-  a.weight
+  a.weight, a.edge
 FROM attempts a
 WHERE a.server_span_id IS NOT NULL AND a.server_deadline_ms IS NULL AND a.deadline_ms IS NOT NULL
 UNION ALL
 SELECT 'unsafe_retry', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a non-idempotent call without an idempotency key'),
-  a.weight
+  a.weight, a.edge
 FROM attempts a
 WHERE a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),
-  a.weight
+  a.weight, a.edge
 FROM attempts a
 WHERE a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent
 UNION ALL
 SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' started ', CAST(ROUND(a.backoff_ms, 1) AS VARCHAR),
     ' ms after the previous attempt ended'),
-  a.weight
+  a.weight, a.edge
 FROM params p CROSS JOIN attempts a
 WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms
 UNION ALL
 SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,
   concat(CAST(m.retrying_layers AS VARCHAR), ' layers retried in one trace'),
-  e.weight
+  e.weight, CAST(NULL AS BIGINT)
 FROM multi_layer m
 JOIN entries e ON e.trace_id = m.trace_id

@@ -12,8 +12,10 @@
 --
 -- Output: trace_id, logical_call_id, parent_span_id, caller, callee, operation, attempts,
 --   max_attempt, first_outcome, final_outcome, retried, start_ns, end_ns, duration_ms,
---   deadline_ms, anchor_deadline_ms, anchor_start_ns, root_span_id, budget_on_call_span, weight
+--   deadline_ms, anchor_deadline_ms, anchor_start_ns, root_span_id, budget_on_call_span, weight,
+--   edge
 -- weight: the first attempt's (how many calls this one stands for under sampling).
+-- edge: the attempts' key of (caller, callee, operation) in `edge_names` (see attempts).
 -- (Built from each call's first attempt, plus integer-keyed aggregates over the attempts of
 -- retried calls only: most calls have one attempt, which is its call's first and last, so
 -- aggregating and joining every attempt, as this query did, was twice the cost: EXPLAIN
@@ -39,7 +41,7 @@ SELECT f.trace_id, f.logical_call_id, f.calling_span_id AS parent_span_id,
   CASE WHEN f.call_deadline_ms IS NULL THEN f.anchor_start_ns
        ELSE f.call_anchor_start_ns END AS anchor_start_ns,
   f.root_span_id,
-  f.call_deadline_ms IS NOT NULL AS budget_on_call_span, f.weight
+  f.call_deadline_ms IS NOT NULL AS budget_on_call_span, f.weight, f.edge
 FROM attempts f
 LEFT JOIN retried c ON c.logical_call_id = f.logical_call_id
 WHERE f.is_first_attempt

@@ -10,7 +10,8 @@
 -- server_outcome: `pending` (missing, or reports pending), `ok`, or `failed`.
 --
 -- Output: trace_id, client_span_id, server_span_id, caller, callee, operation,
---   client_outcome, work_after_cancel_ms, server_outcome, weight (the client attempt's)
+--   client_outcome, work_after_cancel_ms, server_outcome, weight (the client attempt's), edge
+-- edge: the attempt's key of (caller, callee, operation) in `edge_names` (see attempts).
 WITH instrumented AS (
   SELECT DISTINCT service_name AS service FROM spans WHERE kind = 'server'
   UNION
@@ -23,7 +24,7 @@ SELECT a.trace_id, a.span_id AS client_span_id, a.server_span_id, a.caller, a.ca
   CASE WHEN a.server_span_id IS NULL OR a.server_pending THEN 'pending'
        WHEN a.server_outcome = 'ok' THEN 'ok'
        ELSE 'failed' END AS server_outcome,
-  a.weight
+  a.weight, a.edge
 FROM params p
 CROSS JOIN attempts a
 LEFT JOIN instrumented i ON i.service = a.callee

@@ -3,15 +3,22 @@
 -- retries_by_cause. A first attempt has no cause (`none`); a retry whose cause is neither
 -- an attribute nor a previous attempt's outcome has cause `unknown`. Mergeable by SUM.
 --
--- Inputs: attempts.
+-- Grouped by the attempts' integer `edge`, the names joined once per edge (see
+-- partial_edges).
+--
+-- Inputs: attempts, edge_names.
 -- Output: caller, callee, operation, attempt, outcome, cause, attempts
-SELECT caller, callee, operation,
-  CASE WHEN attempt = 0 THEN 'first' ELSE 'retry' END AS attempt,
-  outcome,
-  COALESCE(cause, CASE WHEN attempt = 0 THEN 'none' ELSE 'unknown' END) AS cause,
-  SUM(weight) AS attempts
-FROM attempts
-GROUP BY caller, callee, operation,
-  CASE WHEN attempt = 0 THEN 'first' ELSE 'retry' END,
-  outcome,
-  COALESCE(cause, CASE WHEN attempt = 0 THEN 'none' ELSE 'unknown' END)
+SELECT n.caller, n.callee, n.operation, a.attempt, a.outcome, a.cause, a.attempts
+FROM (
+  SELECT edge,
+    CASE WHEN attempt = 0 THEN 'first' ELSE 'retry' END AS attempt,
+    outcome,
+    COALESCE(cause, CASE WHEN attempt = 0 THEN 'none' ELSE 'unknown' END) AS cause,
+    SUM(weight) AS attempts
+  FROM attempts
+  GROUP BY edge,
+    CASE WHEN attempt = 0 THEN 'first' ELSE 'retry' END,
+    outcome,
+    COALESCE(cause, CASE WHEN attempt = 0 THEN 'none' ELSE 'unknown' END)
+) a
+JOIN edge_names n ON n.edge = a.edge

@@ -18,7 +18,11 @@
 -- of evaluating a CASE into a column per sum: about half the `at` aggregate's compute on a
 -- 45k-span chunk (EXPLAIN ANALYZE through `stormglass query`).
 --
--- Inputs: attempts, logical_calls, orphans, findings, params.
+-- Every part groups by the attempts' integer `edge` and the names are joined once per edge
+-- from `edge_names` (see attempts): the same groups as (caller, callee, operation), without
+-- hashing and comparing three strings per row in each of the four aggregates.
+--
+-- Inputs: attempts, logical_calls, orphans, findings, edge_names, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   attempts, ok_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
@@ -26,16 +30,16 @@
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
-  SELECT caller, callee, operation,
+  SELECT edge,
     SUM(weight) AS logical_calls,
     COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok'), 0.0) AS final_ok,
     COALESCE(SUM(weight) FILTER (WHERE first_outcome = 'ok'), 0.0) AS first_ok,
     COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok' AND attempts > 1), 0.0) AS final_ok_retried
   FROM logical_calls
-  GROUP BY caller, callee, operation
+  GROUP BY edge
 ),
 at AS (
-  SELECT a.caller, a.callee, a.operation,
+  SELECT a.edge,
     SUM(a.weight) AS attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok'), 0.0) AS ok_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt = 0), 0.0) AS first_attempts,
@@ -61,20 +65,20 @@ at AS (
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms), 0.0)
       AS immediate_retries
   FROM params p CROSS JOIN attempts a
-  GROUP BY a.caller, a.callee, a.operation
+  GROUP BY a.edge
 ),
 orph AS (
-  SELECT caller, callee, operation, SUM(weight) AS orphan_pairs,
+  SELECT edge, SUM(weight) AS orphan_pairs,
     SUM(COALESCE(work_after_cancel_ms, 0.0) * weight) AS orphan_work_ms
   FROM orphans
-  GROUP BY caller, callee, operation
+  GROUP BY edge
 ),
 inv AS (
-  SELECT caller, callee, operation, SUM(weight) AS deadline_inversions
+  SELECT edge, SUM(weight) AS deadline_inversions
   FROM findings WHERE kind = 'deadline_inversion'
-  GROUP BY caller, callee, operation
+  GROUP BY edge
 )
-SELECT at.caller, at.callee, at.operation,
+SELECT n.caller, n.callee, n.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   at.attempts, at.ok_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
@@ -85,6 +89,7 @@ SELECT at.caller, at.callee, at.operation,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
   COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions
 FROM at
-JOIN lc ON lc.caller = at.caller AND lc.callee = at.callee AND lc.operation = at.operation
-LEFT JOIN orph ON orph.caller = at.caller AND orph.callee = at.callee AND orph.operation = at.operation
-LEFT JOIN inv ON inv.caller = at.caller AND inv.callee = at.callee AND inv.operation = at.operation
+JOIN edge_names n ON n.edge = at.edge
+JOIN lc ON lc.edge = at.edge
+LEFT JOIN orph ON orph.edge = at.edge
+LEFT JOIN inv ON inv.edge = at.edge

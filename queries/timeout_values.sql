@@ -3,17 +3,21 @@
 -- configured timeout (partial_timeout_values) and for the exact P99.9 comparison
 -- (partial_tail).
 --
--- Inputs: attempts.
+-- Counted and ranked per integer `edge`, the names joined once per edge (see
+-- partial_edges).
+--
+-- Inputs: attempts, edge_names.
 -- Output: caller, callee, operation, deadline_ms, n
-SELECT caller, callee, operation, deadline_ms, n
+SELECT e.caller, e.callee, e.operation, ranked.deadline_ms, ranked.n
 FROM (
-  SELECT caller, callee, operation, deadline_ms, n,
-    ROW_NUMBER() OVER (PARTITION BY caller, callee, operation ORDER BY n DESC, deadline_ms) AS r
+  SELECT edge, deadline_ms, n,
+    ROW_NUMBER() OVER (PARTITION BY edge ORDER BY n DESC, deadline_ms) AS r
   FROM (
-    SELECT caller, callee, operation, deadline_ms, SUM(weight) AS n
+    SELECT edge, deadline_ms, SUM(weight) AS n
     FROM attempts
     WHERE deadline_ms IS NOT NULL
-    GROUP BY caller, callee, operation, deadline_ms
+    GROUP BY edge, deadline_ms
   ) counted
 ) ranked
-WHERE r <= 16
+JOIN edge_names e ON e.edge = ranked.edge
+WHERE ranked.r <= 16

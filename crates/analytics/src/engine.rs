@@ -28,8 +28,8 @@ use stormglass_model::schema as col;
 use crate::clock::{self, ClockBounds};
 use crate::histogram;
 use crate::lineage::{
-    self, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA, LINEAGE, LINEAGE_SCHEMA,
-    Lineage,
+    self, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA, EDGE_NAMES,
+    EDGE_NAMES_SCHEMA, LINEAGE, LINEAGE_SCHEMA, Lineage,
 };
 use crate::planned::{self, Plans};
 use crate::queries::{self, Query};
@@ -407,6 +407,7 @@ impl Engine {
                     ("spans", SPANS_SCHEMA.clone()),
                     (LINEAGE, LINEAGE_SCHEMA.clone()),
                     (ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA.clone()),
+                    (EDGE_NAMES, EDGE_NAMES_SCHEMA.clone()),
                     ("clock_pairs", CLOCK_PAIRS_SCHEMA.clone()),
                     ("params", self.params.batch().schema()),
                     ("window_servers", window_servers(&[]).schema()),
@@ -423,12 +424,14 @@ impl Engine {
         let Lineage {
             batch: lineage,
             attempts,
+            edges,
             clock_pairs,
         } = lineage::lineage_in_window(&spans, &window.clocks, self.params.clock_tolerance_ms);
         timed("lineage (Rust)", started);
         loaded.fill("spans", vec![spans])?;
         loaded.fill(LINEAGE, vec![lineage])?;
         loaded.fill(ATTEMPT_LINEAGE, vec![attempts])?;
+        loaded.fill(EDGE_NAMES, vec![edges])?;
         loaded.fill("clock_pairs", vec![clock_pairs])?;
         loaded.fill("params", vec![self.params.batch()])?;
         loaded.fill("window_servers", vec![window_servers(&window.servers)])?;

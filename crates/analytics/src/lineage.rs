@@ -29,12 +29,16 @@
 //! | column | meaning |
 //! |---|---|
 //! | `prev_outcome`, `prev_end_ns` | the outcome and end of the attempt before it in the call |
-//! | `call_server_service` | the service of a SERVER span under any attempt of the call (the greatest, if several) |
-//! | `caller_service` | the service that made the attempt: its own, or for a SERVER attempt its parent's (null without a parent) |
+//! | `caller` | the service that made the attempt: its own, or for a SERVER attempt its parent's (`unknown` without a parent) |
+//! | `callee` | the service of a SERVER span under any attempt of the call (the greatest, if several), else `hint_server` below, else the callee hint (the attempt's own, else its call span's), else `unknown` |
+//! | `edge`, `upstream_edge` | the attempt's (caller, callee, operation) as an integer key of `edge_names` (one row per edge: edge, caller, callee, operation), and its upstream attempt's when that is an attempt: the partials group and join on these instead of three strings |
 //! | `call_anchor_deadline_ms`, `call_anchor_start_ns` | the anchor of the parent call span (the budget the whole call had to fit in), when the parent is one |
-//! | `call_parent_span_id`, `call_attempt`, `call_callee_hint`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
+//! | `call_parent_span_id`, `call_attempt`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
 //! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the attempt's first SERVER child by start (else null) |
-//! | `hint_server_service` | attempts with a callee hint (theirs, else their call span's): the service SERVER spans under this batch's attempts most often have for that hint (ties: the first by name), the callee's name where no SERVER span answered the call itself |
+//!
+//! `hint_server`, for attempts with a callee hint (theirs, else their call span's): the
+//! service SERVER spans under this batch's attempts most often have for that hint (ties:
+//! the first by name), the callee's name where no SERVER span answered the call itself.
 //!
 //! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
 //! attempt has none), operation, start, attempt number and span id (SDKs with
@@ -77,10 +81,9 @@ pub const LINEAGE: &str = "lineage";
 pub const ATTEMPT_LINEAGE: &str = "lineage_attempts";
 
 /// Span columns copied from the parent call span (prefix `call_`).
-const CALL_COLUMNS: [&str; 7] = [
+const CALL_COLUMNS: [&str; 6] = [
     col::PARENT_SPAN_ID,
     col::ATTEMPT,
-    col::CALLEE_HINT,
     col::DEADLINE_MS,
     col::IDEMPOTENT,
     col::HAS_IDEMPOTENCY_KEY,
@@ -143,7 +146,7 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 /// Columns of `lineage` that `lineage_attempts` carries for each attempt: what `attempts`
 /// reads.
-const ATTEMPT_COLUMNS: [&str; 26] = [
+const ATTEMPT_COLUMNS: [&str; 25] = [
     col::TRACE_ID,
     col::SPAN_ID,
     col::PARENT_SPAN_ID,
@@ -157,7 +160,6 @@ const ATTEMPT_COLUMNS: [&str; 26] = [
     col::IDEMPOTENT,
     col::HAS_IDEMPOTENCY_KEY,
     col::IS_WRITE,
-    col::CALLEE_HINT,
     col::WEIGHT,
     "upstream_retry",
     "anchor_deadline_ms",
@@ -186,8 +188,10 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     fields.extend([
         nullable(col::OUTCOME, "prev_outcome"),
         nullable(col::END_NS, "prev_end_ns"),
-        nullable(col::SERVICE_NAME, "call_server_service"),
-        nullable(col::SERVICE_NAME, "caller_service"),
+        Field::new("caller", DataType::Utf8, false),
+        Field::new("callee", DataType::Utf8, false),
+        Field::new("edge", DataType::Int64, false),
+        Field::new("upstream_edge", DataType::Int64, true),
         Field::new("call_anchor_deadline_ms", DataType::Float64, true),
         Field::new("call_anchor_start_ns", DataType::Int64, true),
     ]);
@@ -197,8 +201,20 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             .map(|name| nullable(name, &format!("call_{name}"))),
     );
     fields.extend(SERVER_COLUMNS.iter().map(|(from, to)| nullable(from, to)));
-    fields.push(nullable(col::SERVICE_NAME, "hint_server_service"));
     Arc::new(Schema::new(fields))
+});
+
+/// Name of the registered table of the attempts' edges.
+pub const EDGE_NAMES: &str = "edge_names";
+
+/// The schema of `edge_names`: one row per edge of this analysis's attempts.
+pub static EDGE_NAMES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new("edge", DataType::Int64, false),
+        Field::new("caller", DataType::Utf8, false),
+        Field::new("callee", DataType::Utf8, false),
+        span_field(col::OPERATION).with_nullable(true),
+    ]))
 });
 
 /// The schema of `clock_pairs`: one row per completed attempt with a SERVER child on
@@ -217,6 +233,8 @@ pub struct Lineage {
     pub batch: RecordBatch,
     /// `lineage_attempts`: one row per attempt ([`ATTEMPT_LINEAGE_SCHEMA`]).
     pub attempts: RecordBatch,
+    /// `edge_names`: the attempts' edges ([`EDGE_NAMES_SCHEMA`]).
+    pub edges: RecordBatch,
     pub clock_pairs: RecordBatch,
 }
 
@@ -398,11 +416,13 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         hint_server: &hint_server,
     };
     let started = std::time::Instant::now();
-    let (batch, attempts) = build(corrected.as_ref().unwrap_or(spans), nodes, &links, &calls);
+    let (batch, attempts, edges) =
+        build(corrected.as_ref().unwrap_or(spans), nodes, &links, &calls);
     timed("lineage: columns", started);
     Lineage {
         batch,
         attempts,
+        edges,
         clock_pairs,
     }
 }
@@ -946,6 +966,91 @@ fn logical_calls(
     slots
 }
 
+/// The attempts' edges: each attempt's (caller, callee, operation) as one integer, numbered
+/// from 0 in the order first met, and each edge's names. The partials group by the
+/// integer and join the names once per edge: grouping every attempt by three strings, in
+/// every partial, was the largest part of their work (hashing and comparing strings,
+/// `perf` of the live analysis).
+///
+/// caller: the service that made the attempt (its own, or a SERVER attempt's parent's),
+/// else `unknown`; callee: the service of a SERVER span under any attempt of the call,
+/// else the service SERVER spans most often have for the attempt's callee hint
+/// ([`hint_servers`]), else the hint (the attempt's own, else its call span's), else
+/// `unknown`.
+struct Edges<'a> {
+    /// Per attempt, in [`Links::attempts`] order: its edge.
+    of_attempt: Vec<usize>,
+    /// Per row of the batch: its edge, for attempts.
+    of_row: Vec<Option<usize>>,
+    /// Per edge: caller, callee, operation.
+    names: Vec<(&'a str, &'a str, Option<&'a str>)>,
+}
+
+impl<'a> Edges<'a> {
+    fn new(spans: &'a RecordBatch, links: &Links, calls: &[CallSlot]) -> Edges<'a> {
+        let text = |name| column(spans, name).as_string::<i32>();
+        let service = text(col::SERVICE_NAME);
+        let operation = text(col::OPERATION);
+        let hint = text(col::CALLEE_HINT);
+        let service_of = |row: Option<usize>| {
+            row.filter(|&r| service.is_valid(r))
+                .map(|r| service.value(r))
+        };
+        let mut ids: HashMap<(&str, &str, Option<&str>), usize, KeyedHash> = HashMap::default();
+        let mut names = Vec::new();
+        let mut of_row = vec![None; spans.num_rows()];
+        let mut of_attempt = Vec::with_capacity(links.attempts.len());
+        for &row in links.attempts {
+            let caller = service_of(links.caller_of[row]).unwrap_or("unknown");
+            let callee = service_of(calls[row].server)
+                .or_else(|| service_of(links.hint_server[row]))
+                .or_else(|| callee_hint(hint, links.call_parent, row))
+                .unwrap_or("unknown");
+            let key = (
+                caller,
+                callee,
+                operation.is_valid(row).then(|| operation.value(row)),
+            );
+            let edge = *ids.entry(key).or_insert_with(|| {
+                names.push(key);
+                names.len() - 1
+            });
+            of_row[row] = Some(edge);
+            of_attempt.push(edge);
+        }
+        Edges {
+            of_attempt,
+            of_row,
+            names,
+        }
+    }
+
+    /// The `edge_names` table.
+    fn batch(&self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                (0..self.names.len()).map(edge_key),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                self.names.iter().map(|n| n.0),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                self.names.iter().map(|n| n.1),
+            )),
+            Arc::new(StringArray::from_iter(self.names.iter().map(|n| n.2))),
+        ];
+        match RecordBatch::try_new(EDGE_NAMES_SCHEMA.clone(), columns) {
+            Ok(batch) => batch,
+            Err(e) => unreachable!("edge columns follow EDGE_NAMES_SCHEMA: {e}"),
+        }
+    }
+}
+
+/// An edge's (or a row's) index as the `Int64` key the SQL joins on.
+fn edge_key(index: usize) -> i64 {
+    i64::try_from(index).unwrap_or(i64::MAX)
+}
+
 /// Row links as Arrow indices (null where there is no row), built once per link and
 /// shared by every column gathered through it.
 fn indices(rows: impl IntoIterator<Item = Option<usize>>) -> UInt32Array {
@@ -978,20 +1083,20 @@ struct Links<'a> {
     hint_server: &'a [Option<usize>],
 }
 
-/// The `lineage` batch (every span) and the `lineage_attempts` batch (see the module docs).
+/// The `lineage` batch (every span), the `lineage_attempts` batch and the `edge_names`
+/// batch (see the module docs).
 fn build(
     spans: &RecordBatch,
     nodes: Vec<Option<Node>>,
     links: &Links,
     calls: &[CallSlot],
-) -> (RecordBatch, RecordBatch) {
+) -> (RecordBatch, RecordBatch, RecordBatch) {
     let Links {
         attempts,
         is_call,
         call_parent,
         server_child,
-        caller_of,
-        hint_server,
+        ..
     } = *links;
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let by_name = |name: &str| column(spans, name);
@@ -1012,7 +1117,7 @@ fn build(
             columns[index] = Arc::new(numbers);
         }
     }
-    let row_id = |row: usize| i64::try_from(row).unwrap_or(i64::MAX);
+    let row_id = edge_key;
     columns.extend([
         Arc::new(BooleanArray::from_iter(
             nodes.iter().map(|n| Some(n.upstream_retry)),
@@ -1063,14 +1168,23 @@ fn build(
     let previous = linked(&|r| calls[r].previous);
     columns.push(gather(by_name(col::OUTCOME), &previous));
     columns.push(gather(by_name(col::END_NS), &previous));
-    columns.push(gather(
-        by_name(col::SERVICE_NAME),
-        &linked(&|r| calls[r].server),
-    ));
-    columns.push(gather(
-        by_name(col::SERVICE_NAME),
-        &linked(&|r| caller_of[r]),
-    ));
+    let edges = Edges::new(spans, links, calls);
+    let names = || edges.of_attempt.iter().map(|&e| edges.names[e]);
+    columns.push(Arc::new(StringArray::from_iter_values(
+        names().map(|n| n.0),
+    )));
+    columns.push(Arc::new(StringArray::from_iter_values(
+        names().map(|n| n.1),
+    )));
+    columns.push(Arc::new(Int64Array::from_iter_values(
+        edges.of_attempt.iter().map(|&e| edge_key(e)),
+    )));
+    columns.push(Arc::new(Int64Array::from_iter(attempts.iter().map(|&r| {
+        nodes[r]
+            .upstream_attempt
+            .and_then(|u| edges.of_row[u])
+            .map(edge_key)
+    }))));
     let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
     columns.push(Arc::new(Float64Array::from_iter(
         attempts.iter().map(|&r| call_anchor(r).map(|a| a.0)),
@@ -1086,15 +1200,11 @@ fn build(
             .iter()
             .map(|(name, _)| gather(by_name(name), &server)),
     );
-    columns.push(gather(
-        by_name(col::SERVICE_NAME),
-        &linked(&|r| hint_server[r]),
-    ));
     let attempts = match RecordBatch::try_new(ATTEMPT_LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("attempt columns follow ATTEMPT_LINEAGE_SCHEMA: {e}"),
     };
-    (lineage, attempts)
+    (lineage, attempts, edges.batch())
 }
 
 #[cfg(test)]
@@ -1177,8 +1287,10 @@ mod tests {
         );
     }
 
-    /// An attempt is named after the service its callee hint's SERVER spans most often
-    /// have in the batch (ties: the first by name), also when no SERVER span answered it.
+    /// An attempt's callee is the service of the SERVER span that answered its call, else
+    /// the service its callee hint's SERVER spans most often have in the batch (ties: the
+    /// first by name); attempts of one (caller, callee, operation) share one edge, named in
+    /// `edge_names`.
     #[test]
     fn hints_resolve_to_their_most_frequent_server_service() {
         let client = |id, start: u64, hint: &str| {
@@ -1212,32 +1324,57 @@ mod tests {
                 ("a", vec![server(17, 7, 60)]),
             ]),
         );
-        let attempts = lineage_in_window(&batch, &ClockBounds::new(), 1.0).attempts;
+        let Lineage {
+            attempts, edges, ..
+        } = lineage_in_window(&batch, &ClockBounds::new(), 1.0);
         let ids = attempts
             .column_by_name(col::SPAN_ID)
             .unwrap()
             .as_fixed_size_binary();
-        let named = attempts
-            .column_by_name("hint_server_service")
+        let text = |batch: &RecordBatch, name| {
+            let column = batch.column_by_name(name).unwrap().as_string::<i32>();
+            (0..batch.num_rows())
+                .map(|row| column.value(row).to_owned())
+                .collect::<Vec<_>>()
+        };
+        let callee = text(&attempts, "callee");
+        let edge = attempts
+            .column_by_name("edge")
             .unwrap()
-            .as_string::<i32>();
-        let by_span: HashMap<u8, Option<&str>> = (0..attempts.num_rows())
-            .map(|row| {
-                (
-                    ids.value(row)[7],
-                    named.is_valid(row).then(|| named.value(row)),
-                )
-            })
+            .as_primitive::<Int64Type>();
+        let by_span: HashMap<u8, (&str, i64)> = (0..attempts.num_rows())
+            .map(|row| (ids.value(row)[7], (callee[row].as_str(), edge.value(row))))
             .collect();
         for (span, expected) in [
-            (2, Some("db")),
-            (4, Some("db")),
-            (5, Some("db")),
-            (6, Some("a")),
-            (8, Some("a")),
+            (2, "db"),
+            (3, "db"),
+            // Answered by another service than its hint's most frequent one.
+            (4, "cache"),
+            // Unanswered.
+            (5, "db"),
+            (6, "b"),
+            (7, "a"),
+            // Unanswered, its hint's servers tied one to one.
+            (8, "a"),
         ] {
-            assert_eq!(by_span[&span], expected, "span {span}");
+            assert_eq!(by_span[&span].0, expected, "span {span}");
         }
+        // One edge per (caller, callee, operation), each named once.
+        let edge_of = |span: u8| by_span[&span].1;
+        assert_eq!(edge_of(2), edge_of(3));
+        assert_eq!(edge_of(2), edge_of(5));
+        assert_ne!(edge_of(2), edge_of(4));
+        assert_eq!(edge_of(7), edge_of(8));
+        assert_eq!(edges.num_rows(), 4);
+        let named = |span: u8| {
+            let row = usize::try_from(edge_of(span)).unwrap();
+            (
+                text(&edges, "caller")[row].clone(),
+                text(&edges, "callee")[row].clone(),
+            )
+        };
+        assert_eq!(named(4), ("front".to_owned(), "cache".to_owned()));
+        assert_eq!(named(7), ("front".to_owned(), "a".to_owned()));
         // The root and the SERVER spans are not attempts: no rows of `lineage_attempts`.
         assert!(!by_span.contains_key(&1) && !by_span.contains_key(&12));
     }

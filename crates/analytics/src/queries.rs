@@ -1,8 +1,8 @@
 //! The registry of `queries/*.sql`, embedded in the binary so it runs from anywhere.
 //!
 //! Three stages, each query reading only tables of earlier stages:
-//! * [`DERIVED`]: views over one batch of spans (plus `lineage`, `lineage_attempts` and
-//!   `params`), materialised once per analysis so later queries do not recompute them;
+//! * [`DERIVED`]: views over one batch of spans (plus `lineage`, `lineage_attempts`,
+//!   `edge_names` and `params`), materialised once per analysis so later queries do not recompute them;
 //! * [`PARTIALS`]: mergeable per-interval aggregates over the derived tables;
 //! * [`REPORT`]: figures over a window, from the merged partials (`p_<name>` tables).
 //!

@@ -55,8 +55,8 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Run SQL over span files: tables spans, lineage, lineage_attempts, attempts,
-    /// logical_calls, entries, orphans, findings, and the report tables edges, layers,
+    /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
+    /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
     /// edge_causes, entry_operations, trace_counts, finding_counts.
     Query {
         /// The SQL to run.
