@@ -1029,7 +1029,7 @@ impl<'a> Edges<'a> {
     fn batch(&self) -> RecordBatch {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from_iter_values(
-                (0..self.names.len()).map(edge_key),
+                (0..self.names.len()).map(int_key),
             )),
             Arc::new(StringArray::from_iter_values(
                 self.names.iter().map(|n| n.0),
@@ -1046,8 +1046,8 @@ impl<'a> Edges<'a> {
     }
 }
 
-/// An edge's (or a row's) index as the `Int64` key the SQL joins on.
-fn edge_key(index: usize) -> i64 {
+/// An index (an edge's, a row's) as the `Int64` key the SQL joins on.
+fn int_key(index: usize) -> i64 {
     i64::try_from(index).unwrap_or(i64::MAX)
 }
 
@@ -1117,7 +1117,7 @@ fn build(
             columns[index] = Arc::new(numbers);
         }
     }
-    let row_id = edge_key;
+    let row_id = int_key;
     columns.extend([
         Arc::new(BooleanArray::from_iter(
             nodes.iter().map(|n| Some(n.upstream_retry)),
@@ -1177,13 +1177,13 @@ fn build(
         names().map(|n| n.1),
     )));
     columns.push(Arc::new(Int64Array::from_iter_values(
-        edges.of_attempt.iter().map(|&e| edge_key(e)),
+        edges.of_attempt.iter().map(|&e| int_key(e)),
     )));
     columns.push(Arc::new(Int64Array::from_iter(attempts.iter().map(|&r| {
         nodes[r]
             .upstream_attempt
             .and_then(|u| edges.of_row[u])
-            .map(edge_key)
+            .map(int_key)
     }))));
     let call_anchor = |row: usize| call_parent[row].and_then(|p| nodes[p].anchor);
     columns.push(Arc::new(Float64Array::from_iter(
