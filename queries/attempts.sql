@@ -41,10 +41,14 @@
 --   server_span_id, server_service, server_end_ns, server_outcome, server_pending,
 --   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
 --   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
---   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge
+--   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
+--   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
+--   logical_final_outcome
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
+-- logical_*: the attempt's logical call as a whole (from the lineage): its attempts, highest
+-- attempt number, first start, last end and last attempt's outcome (see logical_calls).
 -- edge, upstream_edge: the integer key of (caller, callee, operation) in `edge_names`, and
 -- the upstream attempt's (null when the upstream span is not an attempt): the partials
 -- group by it and join the names once per edge (grouping by the three strings was most of
@@ -73,7 +77,9 @@ WITH tries AS (
     s.call_attempt AS outer_attempt,
     s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
     s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause,
-    s.row_id, s.root_row, s.upstream_attempt_row, s.edge, s.upstream_edge
+    s.row_id, s.root_row, s.upstream_attempt_row, s.edge, s.upstream_edge,
+    s.logical_attempts, s.logical_max_attempt, s.logical_start_ns, s.logical_end_ns,
+    s.logical_final_outcome
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -95,5 +101,6 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
   o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
   o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row, o.edge,
-  o.upstream_edge
+  o.upstream_edge, o.logical_attempts, o.logical_max_attempt, o.logical_start_ns,
+  o.logical_end_ns, o.logical_final_outcome
 FROM tries o

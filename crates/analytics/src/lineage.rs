@@ -29,6 +29,7 @@
 //! | column | meaning |
 //! |---|---|
 //! | `prev_outcome`, `prev_end_ns` | the outcome and end of the attempt before it in the call |
+//! | `logical_attempts`, `logical_max_attempt`, `logical_start_ns`, `logical_end_ns`, `logical_final_outcome` | its logical call's: attempts, highest attempt number, first start, last end (root clock), and the last attempt's outcome |
 //! | `caller` | the service that made the attempt: its own, or for a SERVER attempt its parent's (`unknown` without a parent) |
 //! | `callee` | the service of a SERVER span under any attempt of the call (the greatest, if several), else `hint_server` below, else the callee hint (the attempt's own, else its call span's), else `unknown` |
 //! | `edge`, `upstream_edge` | the attempt's (caller, callee, operation) as an integer key of `edge_names` (one row per edge: edge, caller, callee, operation), and its upstream attempt's when that is an attempt: the partials group and join on these instead of three strings |
@@ -188,6 +189,11 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     fields.extend([
         nullable(col::OUTCOME, "prev_outcome"),
         nullable(col::END_NS, "prev_end_ns"),
+        Field::new("logical_attempts", DataType::Int64, false),
+        Field::new("logical_max_attempt", DataType::Int32, false),
+        Field::new("logical_start_ns", DataType::Int64, false),
+        Field::new("logical_end_ns", DataType::Int64, false),
+        nullable(col::OUTCOME, "logical_final_outcome"),
         Field::new("caller", DataType::Utf8, false),
         Field::new("callee", DataType::Utf8, false),
         Field::new("edge", DataType::Int64, false),
@@ -1046,6 +1052,67 @@ impl<'a> Edges<'a> {
     }
 }
 
+/// One logical call over all its attempts.
+#[derive(Clone, Copy)]
+struct WholeCall {
+    attempts: i64,
+    max_attempt: i32,
+    start_ns: i64,
+    end_ns: i64,
+    /// The row of its last attempt.
+    last: usize,
+}
+
+/// Every logical call's [`WholeCall`], by id (ids are dense from 1): what `logical_calls`
+/// reads from each call's first attempt, where it aggregated and joined the attempts of
+/// every retried call in SQL (its largest part).
+struct WholeCalls {
+    calls: Vec<Option<WholeCall>>,
+}
+
+impl WholeCalls {
+    /// Over `spans` as `build` reads them (times in the root's clock).
+    fn new(spans: &RecordBatch, attempts: &[usize], calls: &[CallSlot]) -> WholeCalls {
+        let time = |name| column(spans, name).as_primitive::<Int64Type>();
+        let (start, end) = (time(col::START_NS), time(col::END_NS));
+        let count = attempts
+            .iter()
+            .filter_map(|&r| calls[r].id)
+            .max()
+            .map_or(0, |id| usize::try_from(id).unwrap_or(0));
+        let mut whole: Vec<Option<WholeCall>> = vec![None; count];
+        for &row in attempts {
+            let Some(id) = calls[row].id else { continue };
+            let Some(slot) = whole.get_mut(Self::index(id)) else {
+                continue;
+            };
+            let slot = slot.get_or_insert(WholeCall {
+                attempts: 0,
+                max_attempt: calls[row].number,
+                start_ns: start.value(row),
+                end_ns: end.value(row),
+                last: row,
+            });
+            slot.attempts += 1;
+            slot.max_attempt = slot.max_attempt.max(calls[row].number);
+            slot.start_ns = slot.start_ns.min(start.value(row));
+            slot.end_ns = slot.end_ns.max(end.value(row));
+            if calls[row].last {
+                slot.last = row;
+            }
+        }
+        WholeCalls { calls: whole }
+    }
+
+    fn index(id: i64) -> usize {
+        usize::try_from(id - 1).unwrap_or(usize::MAX)
+    }
+
+    fn get(&self, id: i64) -> Option<&WholeCall> {
+        self.calls.get(Self::index(id))?.as_ref()
+    }
+}
+
 /// An index (an edge's, a row's) as the `Int64` key the SQL joins on.
 fn int_key(index: usize) -> i64 {
     i64::try_from(index).unwrap_or(i64::MAX)
@@ -1168,6 +1235,23 @@ fn build(
     let previous = linked(&|r| calls[r].previous);
     columns.push(gather(by_name(col::OUTCOME), &previous));
     columns.push(gather(by_name(col::END_NS), &previous));
+    let whole = WholeCalls::new(spans, attempts, calls);
+    let of_call = |r: usize| calls[r].id.and_then(|id| whole.get(id));
+    let call_of = |f: fn(&WholeCall) -> i64| {
+        Int64Array::from_iter_values(attempts.iter().map(|&r| of_call(r).map_or(0, f)))
+    };
+    columns.push(Arc::new(call_of(|c| c.attempts)));
+    columns.push(Arc::new(Int32Array::from_iter_values(
+        attempts
+            .iter()
+            .map(|&r| of_call(r).map_or(0, |c| c.max_attempt)),
+    )));
+    columns.push(Arc::new(call_of(|c| c.start_ns)));
+    columns.push(Arc::new(call_of(|c| c.end_ns)));
+    columns.push(gather(
+        by_name(col::OUTCOME),
+        &linked(&|r| of_call(r).map(|c| c.last)),
+    ));
     let edges = Edges::new(spans, links, calls);
     let names = || edges.of_attempt.iter().map(|&e| edges.names[e]);
     columns.push(Arc::new(StringArray::from_iter_values(
