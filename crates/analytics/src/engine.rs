@@ -28,8 +28,8 @@ use stormglass_model::schema as col;
 use crate::clock::{self, ClockBounds};
 use crate::histogram;
 use crate::lineage::{
-    self, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA, EDGE_NAMES,
-    EDGE_NAMES_SCHEMA, LINEAGE, LINEAGE_SCHEMA, Lineage,
+    self, ANALYSED_LINEAGE_SCHEMA, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA,
+    Detail, EDGE_NAMES, EDGE_NAMES_SCHEMA, LINEAGE, Lineage,
 };
 use crate::planned::{self, Plans};
 use crate::queries::{self, Query};
@@ -301,6 +301,27 @@ struct PlanCache {
 struct Loaded<'a> {
     plans: &'a Plans,
     _turn: tokio::sync::MutexGuard<'a, ()>,
+    /// `lineage` with every column ([`Detail::Query`]), for the session a user queries: the
+    /// plans read the analysed columns alone.
+    lineage: Option<RecordBatch>,
+}
+
+impl Loaded<'_> {
+    /// Every table, as [`Plans::take`], with `lineage` in full when it was built so.
+    fn take(&mut self) -> Vec<(&'static str, Table)> {
+        let mut tables = self.plans.take();
+        if let Some(full) = self.lineage.take() {
+            for (name, table) in &mut tables {
+                if *name == LINEAGE {
+                    *table = Table {
+                        schema: full.schema(),
+                        batches: vec![full.clone()],
+                    };
+                }
+            }
+        }
+        tables
+    }
 }
 
 impl std::ops::Deref for Loaded<'_> {
@@ -390,6 +411,7 @@ impl Engine {
         &self,
         spans: RecordBatch,
         window: &WindowContext,
+        detail: Detail,
     ) -> Result<Loaded<'_>, AnalysisError> {
         let plans = self
             .plans
@@ -405,7 +427,7 @@ impl Engine {
                     .enable_dynamic_filter_pushdown = false;
                 let inputs = [
                     ("spans", SPANS_SCHEMA.clone()),
-                    (LINEAGE, LINEAGE_SCHEMA.clone()),
+                    (LINEAGE, ANALYSED_LINEAGE_SCHEMA.clone()),
                     (ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA.clone()),
                     (EDGE_NAMES, EDGE_NAMES_SCHEMA.clone()),
                     ("clock_pairs", CLOCK_PAIRS_SCHEMA.clone()),
@@ -416,9 +438,10 @@ impl Engine {
                 Plans::new(ctx, &inputs).await
             })
             .await?;
-        let loaded = Loaded {
+        let mut loaded = Loaded {
             plans,
             _turn: self.plans.turn.lock().await,
+            lineage: None,
         };
         let started = std::time::Instant::now();
         let Lineage {
@@ -426,10 +449,30 @@ impl Engine {
             attempts,
             edges,
             clock_pairs,
-        } = lineage::lineage_in_window(&spans, &window.clocks, self.params.clock_tolerance_ms);
+        } = lineage::lineage_in_window(
+            &spans,
+            &window.clocks,
+            self.params.clock_tolerance_ms,
+            detail,
+        );
         timed("lineage (Rust)", started);
         loaded.fill("spans", vec![spans])?;
-        loaded.fill(LINEAGE, vec![lineage])?;
+        let analysed = match detail {
+            Detail::Analysis => lineage,
+            Detail::Query => {
+                let indices: Vec<usize> = ANALYSED_LINEAGE_SCHEMA
+                    .fields()
+                    .iter()
+                    .filter_map(|f| lineage.schema().index_of(f.name()).ok())
+                    .collect();
+                let analysed = lineage
+                    .project(&indices)
+                    .map_err(|e| AnalysisError::query(LINEAGE, e))?;
+                loaded.lineage = Some(lineage);
+                analysed
+            }
+        };
+        loaded.fill(LINEAGE, vec![analysed])?;
         loaded.fill(ATTEMPT_LINEAGE, vec![attempts])?;
         loaded.fill(EDGE_NAMES, vec![edges])?;
         loaded.fill("clock_pairs", vec![clock_pairs])?;
@@ -441,7 +484,9 @@ impl Engine {
 
     /// A session over `spans` with `lineage`, `params` and every derived table registered.
     pub async fn derive(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
-        let loaded = self.load(spans, &WindowContext::default()).await?;
+        let mut loaded = self
+            .load(spans, &WindowContext::default(), Detail::Query)
+            .await?;
         loaded.derive().await?;
         self.session_of(loaded.take())
     }
@@ -474,7 +519,7 @@ impl Engine {
         spans: RecordBatch,
         window: &WindowContext,
     ) -> Result<Partials, AnalysisError> {
-        let loaded = self.load(spans.clone(), window).await?;
+        let loaded = self.load(spans.clone(), window, Detail::Analysis).await?;
         loaded.derive().await?;
         Ok(Partials::new(loaded.partials().await?, &spans))
     }
@@ -543,7 +588,9 @@ impl Engine {
     /// `layers`, ...) of that data as one window: what `stormglass query` runs SQL against.
     pub async fn query_context(&self, spans: RecordBatch) -> Result<SessionContext, AnalysisError> {
         let (ctx, partials) = {
-            let loaded = self.load(spans.clone(), &WindowContext::default()).await?;
+            let mut loaded = self
+                .load(spans.clone(), &WindowContext::default(), Detail::Query)
+                .await?;
             loaded.derive().await?;
             let partials = Partials::new(loaded.partials().await?, &spans);
             (self.session_of(loaded.take())?, partials)
@@ -729,6 +776,42 @@ mod tests {
         for ((name, a), (_, b)) in first.tables.iter().zip(&again.tables) {
             assert_eq!(a.rows(), b.rows(), "{name}");
         }
+    }
+
+    /// `stormglass query` sees `lineage` with every documented column, the same rows the
+    /// analysis's plans read in their four: an analysis after a query (same plans) still
+    /// gives the same partials.
+    #[tokio::test]
+    async fn queried_lineage_has_every_column() {
+        let (spans, _) = encode_request(&Conventions::default(), &retry_fixture());
+        let engine = Engine::default();
+        let ctx = engine.query_context(spans.clone()).await.unwrap();
+        let lineage = ctx.table(LINEAGE).await.unwrap();
+        let names: Vec<String> = lineage
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let documented: Vec<String> = lineage::LINEAGE_SCHEMA
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, documented);
+        let rows = ctx
+            .sql("SELECT COUNT(*) AS n FROM lineage WHERE root_span_id IS NOT NULL AND depth >= 0")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let counted = rows[0]
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(usize::try_from(counted.value(0)).unwrap(), spans.num_rows());
+        let partials = engine.analyse(spans).await.unwrap();
+        assert!(partials.spans > 0, "{partials:?}");
     }
 
     /// The live engine (one thread) plans no repartitioning, which on two partitions

@@ -5,7 +5,8 @@
 //! cost).
 //!
 //! `lineage` is the span table itself (every column of the span schema, shared, not
-//! copied) plus, per span:
+//! copied) plus, per span, the columns below: all of them for `stormglass query`
+//! ([`Detail::Query`]), the four `queries/` read for the analysis ([`Detail::Analysis`]):
 //!
 //! | column | meaning |
 //! |---|---|
@@ -145,6 +146,36 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(fields))
 });
 
+/// Which of `lineage`'s columns to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// The span's columns and [`ANALYSED_COLUMNS`]: what `queries/` read of `lineage` (the
+    /// attempts' values are in `lineage_attempts`, built for the attempts alone). Building
+    /// every column for every span was a fifth of the live lineage's time, for no reader.
+    Analysis,
+    /// Every column of [`LINEAGE_SCHEMA`]: for `stormglass query`, whose users may read any.
+    Query,
+}
+
+/// The lineage columns `queries/` read from `lineage` (the rest they read per attempt, from
+/// `lineage_attempts`).
+pub const ANALYSED_COLUMNS: [&str; 4] = ["depth", "is_attempt", "is_first_attempt", "row_id"];
+
+/// [`LINEAGE_SCHEMA`] in [`Detail::Analysis`]: the span schema and [`ANALYSED_COLUMNS`].
+pub static ANALYSED_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let wanted = |name: &str| {
+        stormglass_model::SPANS_SCHEMA.field_with_name(name).is_ok()
+            || ANALYSED_COLUMNS.contains(&name)
+    };
+    let fields: Vec<Field> = LINEAGE_SCHEMA
+        .fields()
+        .iter()
+        .filter(|f| wanted(f.name()))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    Arc::new(Schema::new(fields))
+});
+
 /// Columns of `lineage` that `lineage_attempts` carries for each attempt: what `attempts`
 /// reads.
 const ATTEMPT_COLUMNS: [&str; 25] = [
@@ -236,6 +267,7 @@ pub static CLOCK_PAIRS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 /// The lineage table and the clock pairs it was corrected with.
 pub struct Lineage {
+    /// `lineage`: [`LINEAGE_SCHEMA`], or [`ANALYSED_LINEAGE_SCHEMA`] in [`Detail::Analysis`].
     pub batch: RecordBatch,
     /// `lineage_attempts`: one row per attempt ([`ATTEMPT_LINEAGE_SCHEMA`]).
     pub attempts: RecordBatch,
@@ -258,12 +290,18 @@ struct Node {
 /// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`])
 /// on its own, with the default clock tolerance.
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
-    lineage_in_window(spans, &ClockBounds::new(), 1.0).batch
+    lineage_in_window(spans, &ClockBounds::new(), 1.0, Detail::Query).batch
 }
 
 /// Compute the lineage of one chunk of a window whose earlier chunks gave `prior` clock
-/// bounds; clocks agreeing within `tolerance_ms` are not corrected.
-pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms: f64) -> Lineage {
+/// bounds; clocks agreeing within `tolerance_ms` are not corrected. `lineage` has `detail`'s
+/// columns.
+pub fn lineage_in_window(
+    spans: &RecordBatch,
+    prior: &ClockBounds,
+    tolerance_ms: f64,
+    detail: Detail,
+) -> Lineage {
     let column = |name: &str| column(spans, name);
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
     let span = column(col::SPAN_ID).as_fixed_size_binary();
@@ -276,7 +314,8 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
 
     let rows = spans.num_rows();
     let started = std::time::Instant::now();
-    let parent_rows = parent_rows(trace, span, parent);
+    let groups = TraceGroups::new(trace);
+    let parent_rows = parent_rows(&groups, span, parent);
     timed("lineage: parents", started);
     let parent_of = |row: usize| parent_rows[row];
     let (clock_pairs, offsets) = clock_offsets(spans, &kinds, &parent_rows, prior, tolerance_ms);
@@ -408,13 +447,13 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         })
         .collect();
     let started = std::time::Instant::now();
-    let attempts = Attempts::new(spans, &is_attempt, &call_parent);
-    let calls = logical_calls(spans, &attempts, &server_child);
+    let attempts: Vec<usize> = (0..rows).filter(|&r| is_attempt[r]).collect();
+    let calls = logical_calls(spans, &groups, &is_attempt, &call_parent, &server_child);
     timed("lineage: calls", started);
     let corrected = in_root_clock(spans, &nodes);
-    let hint_server = hint_servers(spans, &attempts, &server_child);
+    let hint_server = hint_servers(spans, &attempts, &call_parent, &server_child);
     let links = Links {
-        attempts: &attempts.rows,
+        attempts: &attempts,
         is_call: &is_call,
         call_parent: &call_parent,
         server_child: &server_child,
@@ -422,8 +461,13 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
         hint_server: &hint_server,
     };
     let started = std::time::Instant::now();
-    let (batch, attempts, edges) =
-        build(corrected.as_ref().unwrap_or(spans), nodes, &links, &calls);
+    let (batch, attempts, edges) = build(
+        corrected.as_ref().unwrap_or(spans),
+        nodes,
+        &links,
+        &calls,
+        detail,
+    );
     timed("lineage: columns", started);
     Lineage {
         batch,
@@ -440,7 +484,7 @@ pub fn lineage_in_window(spans: &RecordBatch, prior: &ClockBounds, tolerance_ms:
 pub fn clock_bounds(spans: &RecordBatch) -> ClockBounds {
     let column = |name: &str| column(spans, name);
     let parent_rows = parent_rows(
-        column(col::TRACE_ID).as_fixed_size_binary(),
+        &TraceGroups::new(column(col::TRACE_ID).as_fixed_size_binary()),
         column(col::SPAN_ID).as_fixed_size_binary(),
         column(col::PARENT_SPAN_ID).as_fixed_size_binary(),
     );
@@ -615,13 +659,13 @@ fn column<'a>(spans: &'a RecordBatch, name: &str) -> &'a ArrayRef {
 /// batch. Each trace's parents are found in a sorted list of that trace's span ids (see
 /// [`TraceGroups`]): a few cache lines per lookup.
 fn parent_rows(
-    trace: &FixedSizeBinaryArray,
+    groups: &TraceGroups,
     span: &FixedSizeBinaryArray,
     parent: &FixedSizeBinaryArray,
 ) -> Vec<Option<usize>> {
-    let mut parents = vec![None; trace.len()];
+    let mut parents = vec![None; span.len()];
     let mut ids: Vec<(u64, usize)> = Vec::new();
-    for members in TraceGroups::new(trace).traces() {
+    for members in groups.traces() {
         ids.clear();
         ids.extend(members.iter().map(|&row| (span_int(span, row), row)));
         ids.sort_unstable();
@@ -738,37 +782,6 @@ fn span_int(ids: &FixedSizeBinaryArray, row: usize) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
-/// Each value's rank among the distinct values, by order: comparing ranks compares the
-/// strings. Each value is hashed once (repeats of the value before it not at all) and only
-/// the distinct values are sorted: sorting every value compared strings N log N times.
-fn ranked<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<Option<u32>> {
-    let mut ids: HashMap<&str, u32, KeyedHash> = HashMap::default();
-    let mut last: Option<(&str, u32)> = None;
-    let seen: Vec<Option<u32>> = values
-        .map(|value| {
-            let value = value?;
-            let id = match last {
-                Some((v, id)) if v == value => id,
-                _ => {
-                    let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-                    *ids.entry(value).or_insert(next)
-                }
-            };
-            last = Some((value, id));
-            Some(id)
-        })
-        .collect();
-    let mut distinct: Vec<(&str, u32)> = ids.into_iter().collect();
-    distinct.sort_unstable();
-    let mut rank = vec![0; distinct.len()];
-    for (r, (_, id)) in distinct.into_iter().enumerate() {
-        rank[id as usize] = u32::try_from(r).unwrap_or(u32::MAX);
-    }
-    seen.into_iter()
-        .map(|id| id.map(|id| rank[id as usize]))
-        .collect()
-}
-
 /// SQL's ORDER BY ... ASC puts nulls last: `None` sorts after every value.
 fn nulls_last<T: Copy + Default>(v: Option<T>) -> (bool, T) {
     match v {
@@ -802,23 +815,6 @@ fn callee_hint<'a>(
     of(row).or_else(|| call_parent[row].and_then(of))
 }
 
-/// The attempt rows of a batch, and each one's callee hint (its own, else its call
-/// span's) as a rank among the batch's hints: read once for both the grouping into calls
-/// and the hints' servers.
-struct Attempts {
-    rows: Vec<usize>,
-    hints: Vec<Option<u32>>,
-}
-
-impl Attempts {
-    fn new(spans: &RecordBatch, is_attempt: &[bool], call_parent: &[Option<usize>]) -> Attempts {
-        let hint = column(spans, col::CALLEE_HINT).as_string::<i32>();
-        let rows: Vec<usize> = (0..spans.num_rows()).filter(|&r| is_attempt[r]).collect();
-        let hints = ranked(rows.iter().map(|&r| callee_hint(hint, call_parent, r)));
-        Attempts { rows, hints }
-    }
-}
-
 /// Per attempt with a callee hint, a SERVER span of the service that SERVER spans under
 /// the batch's attempts most often have for that hint (ties: the service first by name);
 /// `None` otherwise. Computed here, with the other links, so `attempts` names its callee
@@ -826,21 +822,16 @@ impl Attempts {
 /// column of every attempt and was more than half of the query (`EXPLAIN ANALYZE`).
 fn hint_servers(
     spans: &RecordBatch,
-    attempts: &Attempts,
+    attempts: &[usize],
+    call_parent: &[Option<usize>],
     server_child: &[Option<usize>],
 ) -> Vec<Option<usize>> {
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
-    let hinted = || {
-        attempts
-            .rows
-            .iter()
-            .zip(&attempts.hints)
-            .filter_map(|(&row, hint)| Some((row, (*hint)? as usize)))
-    };
+    let hint = column(spans, col::CALLEE_HINT).as_string::<i32>();
     // (hint, service) -> (attempts, one SERVER span of that service)
-    let mut counts: HashMap<(usize, &str), (u64, usize), KeyedHash> = HashMap::default();
-    for (row, h) in hinted() {
-        if let Some(server) = server_child[row] {
+    let mut counts: HashMap<(&str, &str), (u64, usize), KeyedHash> = HashMap::default();
+    for &row in attempts {
+        if let (Some(h), Some(server)) = (callee_hint(hint, call_parent, row), server_child[row]) {
             counts
                 .entry((h, service.value(server)))
                 .or_insert((0, server))
@@ -852,29 +843,30 @@ fn hint_servers(
         return servers;
     }
     // per hint: (attempts, service, SERVER span): most attempts, then the first service by name
-    let hints = attempts
-        .hints
-        .iter()
-        .flatten()
-        .max()
-        .map_or(0, |&h| h as usize + 1);
-    let mut best: Vec<Option<(u64, &str, usize)>> = vec![None; hints];
+    let mut best: HashMap<&str, (u64, &str, usize), KeyedHash> = HashMap::default();
     for ((h, name), (n, server)) in counts {
         let better = |b: &(u64, &str, usize)| n > b.0 || (n == b.0 && name < b.1);
-        if best[h].as_ref().is_none_or(better) {
-            best[h] = Some((n, name, server));
+        if best.get(h).is_none_or(better) {
+            best.insert(h, (n, name, server));
         }
     }
-    for (row, h) in hinted() {
-        servers[row] = best[h].map(|(_, _, server)| server);
+    for &row in attempts {
+        if let Some(h) = callee_hint(hint, call_parent, row) {
+            servers[row] = best.get(h).map(|&(_, _, server)| server);
+        }
     }
     servers
 }
 
-/// Group attempts into logical calls (see the module docs for the order).
+/// Group attempts into logical calls (see the module docs for the order). Trace by trace,
+/// in trace id order: each trace's few attempts sort in cache, by their strings directly,
+/// where one sort of every attempt of the batch (after ranking every hint and operation
+/// by hashing it) was most of this step's time.
 fn logical_calls(
     spans: &RecordBatch,
-    attempts: &Attempts,
+    groups: &TraceGroups,
+    is_attempt: &[bool],
+    call_parent: &[Option<usize>],
     server_child: &[Option<usize>],
 ) -> Vec<CallSlot> {
     let column = |name: &str| column(spans, name);
@@ -883,6 +875,7 @@ fn logical_calls(
     let parent = column(col::PARENT_SPAN_ID).as_fixed_size_binary();
     let attempt = column(col::ATTEMPT).as_primitive::<Int32Type>();
     let operation = column(col::OPERATION).as_string::<i32>();
+    let hint = column(col::CALLEE_HINT).as_string::<i32>();
     let start = column(col::START_NS).as_primitive::<Int64Type>();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
 
@@ -899,35 +892,24 @@ fn logical_calls(
         col::UNREADABLE_ATTEMPT => i32::MAX,
         n => n,
     };
-    let operation_of = |row: usize| operation.is_valid(row).then(|| operation.value(row));
-    let operation_ranks = ranked(attempts.rows.iter().map(|&r| operation_of(r)));
-    // (trace, parent, hint, operation) identifies a run of attempts; start, then the attempt
-    // number where starts tie (coarse clocks), then span id order them.
-    type Key = (u128, (bool, u64), (bool, u32), (bool, u32));
-    let key_of = |i: usize, row: usize| -> Key {
+    // (parent, hint, operation) identifies a run of attempts within a trace; start, then
+    // the attempt number where starts tie (coarse clocks), then span id order them.
+    let run_of = |row: usize| {
         (
-            trace_int(trace, row),
             nulls_last(parent.is_valid(row).then(|| span_int(parent, row))),
-            nulls_last(attempts.hints[i]),
-            nulls_last(operation_ranks[i]),
+            nulls_last(callee_hint(hint, call_parent, row)),
+            nulls_last(operation.is_valid(row).then(|| operation.value(row))),
         )
     };
-    let mut order: Vec<(Key, i64, i32, u64, usize)> = attempts
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(i, &row)| {
-            let at = start.value(row);
-            (
-                key_of(i, row),
-                at,
-                sort_number(row),
-                span_int(span, row),
-                row,
-            )
-        })
-        .collect();
-    order.sort_unstable();
+    let order_of = |row: usize| {
+        (
+            run_of(row),
+            start.value(row),
+            sort_number(row),
+            span_int(span, row),
+            row,
+        )
+    };
 
     let mut slots = vec![CallSlot::default(); rows];
     let mut id = 0i64;
@@ -957,18 +939,30 @@ fn logical_calls(
         }
         members.clear();
     };
-    let mut previous: Option<&Key> = None;
-    for (key, _, _, _, row) in &order {
-        let row = *row;
-        if number(row) == 0 || previous != Some(key) {
-            flush(&mut members, &mut slots);
-            id += 1;
+    let mut traces: Vec<(u128, &[usize])> = groups
+        .traces()
+        .filter(|rows| !rows.is_empty())
+        .map(|rows| (trace_int(trace, rows[0]), rows))
+        .collect();
+    traces.sort_unstable_by_key(|&(id, _)| id);
+    let mut order: Vec<usize> = Vec::new();
+    for (_, rows) in traces {
+        order.clear();
+        order.extend(rows.iter().copied().filter(|&r| is_attempt[r]));
+        order.sort_unstable_by_key(|&r| order_of(r));
+        let mut previous = None;
+        for &row in &order {
+            let run = run_of(row);
+            if number(row) == 0 || previous != Some(run) {
+                flush(&mut members, &mut slots);
+                id += 1;
+            }
+            slots[row].id = Some(id);
+            members.push(row);
+            previous = Some(run);
         }
-        slots[row].id = Some(id);
-        members.push(row);
-        previous = Some(key);
+        flush(&mut members, &mut slots);
     }
-    flush(&mut members, &mut slots);
     slots
 }
 
@@ -1150,29 +1144,114 @@ struct Links<'a> {
     hint_server: &'a [Option<usize>],
 }
 
-/// The `lineage` batch (every span), the `lineage_attempts` batch and the `edge_names`
-/// batch (see the module docs).
+/// The lineage's per-span values, read into `lineage`'s columns for any set of rows: every
+/// span's for `lineage`, the attempts' alone for `lineage_attempts`.
+struct Values<'a> {
+    /// The spans, with the attempt numbers their calls give unreadable ones.
+    spans: RecordBatch,
+    nodes: Vec<Node>,
+    links: &'a Links<'a>,
+    calls: &'a [CallSlot],
+}
+
+impl Values<'_> {
+    /// Column `name` of [`LINEAGE_SCHEMA`] for `rows` and their [`indices`] (`None`: every
+    /// row, in order).
+    fn column(&self, name: &str, rows: Option<(&[usize], &UInt32Array)>) -> ArrayRef {
+        let (nodes, calls) = (&self.nodes, self.calls);
+        let all: Vec<usize>;
+        let (rows, taken) = match rows {
+            Some((rows, taken)) => (rows, Some(taken)),
+            None => {
+                if let Some(span_column) = self.spans.column_by_name(name) {
+                    return span_column.clone();
+                }
+                all = (0..nodes.len()).collect();
+                (all.as_slice(), None)
+            }
+        };
+        let bools = |f: &dyn Fn(usize) -> Option<bool>| -> ArrayRef {
+            Arc::new(rows.iter().map(|&r| f(r)).collect::<BooleanArray>())
+        };
+        let ints = |f: &dyn Fn(usize) -> Option<i64>| -> ArrayRef {
+            Arc::new(rows.iter().map(|&r| f(r)).collect::<Int64Array>())
+        };
+        let span_ids = |f: &dyn Fn(usize) -> Option<usize>| {
+            gather(
+                column(&self.spans, col::SPAN_ID),
+                &indices(rows.iter().map(|&r| f(r))),
+            )
+        };
+        match name {
+            "upstream_retry" => bools(&|r| Some(nodes[r].upstream_retry)),
+            "anchor_deadline_ms" => Arc::new(
+                rows.iter()
+                    .map(|&r| nodes[r].anchor.map(|a| a.0))
+                    .collect::<Float64Array>(),
+            ),
+            "anchor_start_ns" => ints(&|r| nodes[r].anchor.map(|a| a.1)),
+            "upstream_attempt_span_id" => span_ids(&|r| nodes[r].upstream_attempt),
+            "root_span_id" => span_ids(&|r| Some(nodes[r].root)),
+            "depth" => Arc::new(Int32Array::from_iter_values(
+                rows.iter().map(|&r| nodes[r].depth),
+            )),
+            "is_call_span" => bools(&|r| Some(self.links.is_call[r])),
+            "parent_is_call_span" => bools(&|r| Some(self.links.call_parent[r].is_some())),
+            "is_attempt" => bools(&|r| Some(calls[r].id.is_some())),
+            "logical_call_id" => ints(&|r| calls[r].id),
+            "is_first_attempt" => bools(&|r| calls[r].id.map(|_| calls[r].first)),
+            "is_last_attempt" => bools(&|r| calls[r].id.map(|_| calls[r].last)),
+            "row_id" => Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|&r| int_key(r)),
+            )),
+            "root_row" => Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|&r| int_key(nodes[r].root)),
+            )),
+            "upstream_attempt_row" => ints(&|r| nodes[r].upstream_attempt.map(int_key)),
+            span_column => {
+                let column = column(&self.spans, span_column);
+                match taken {
+                    Some(taken) => gather(column, taken),
+                    None => column.clone(),
+                }
+            }
+        }
+    }
+
+    /// The `lineage` batch in `schema`'s columns.
+    fn lineage(&self, schema: &SchemaRef) -> RecordBatch {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| self.column(f.name(), None))
+            .collect();
+        match RecordBatch::try_new(schema.clone(), columns) {
+            Ok(batch) => batch,
+            Err(e) => unreachable!("lineage columns follow their schema: {e}"),
+        }
+    }
+}
+
+/// The `lineage` batch (every span, in [`Detail`]'s columns), the `lineage_attempts` batch
+/// and the `edge_names` batch (see the module docs).
 fn build(
     spans: &RecordBatch,
     nodes: Vec<Option<Node>>,
     links: &Links,
     calls: &[CallSlot],
+    detail: Detail,
 ) -> (RecordBatch, RecordBatch, RecordBatch) {
     let Links {
         attempts,
-        is_call,
         call_parent,
         server_child,
         ..
     } = *links;
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let by_name = |name: &str| column(spans, name);
-    let ids = |f: &dyn Fn(&Node) -> Option<usize>| {
-        gather(by_name(col::SPAN_ID), &indices(nodes.iter().map(f)))
-    };
-    let mut columns: Vec<ArrayRef> = spans.columns().to_vec();
     // An attempt whose number was unreadable takes the number its call gives it.
     let attempt = by_name(col::ATTEMPT).as_primitive::<Int32Type>();
+    let mut renumbered = spans.clone();
     if attempt.iter().any(|n| n == Some(col::UNREADABLE_ATTEMPT)) {
         let numbers: Int32Array = (0..attempt.len())
             .map(|row| match calls[row].id {
@@ -1180,57 +1259,35 @@ fn build(
                 None => attempt.is_valid(row).then(|| attempt.value(row)),
             })
             .collect();
+        let mut columns = spans.columns().to_vec();
         if let Ok(index) = spans.schema().index_of(col::ATTEMPT) {
             columns[index] = Arc::new(numbers);
         }
+        if let Ok(batch) = RecordBatch::try_new(spans.schema(), columns) {
+            renumbered = batch;
+        }
     }
-    let row_id = int_key;
-    columns.extend([
-        Arc::new(BooleanArray::from_iter(
-            nodes.iter().map(|n| Some(n.upstream_retry)),
-        )) as ArrayRef,
-        Arc::new(Float64Array::from_iter(
-            nodes.iter().map(|n| n.anchor.map(|a| a.0)),
-        )),
-        Arc::new(Int64Array::from_iter(
-            nodes.iter().map(|n| n.anchor.map(|a| a.1)),
-        )),
-        ids(&|n| n.upstream_attempt),
-        ids(&|n| Some(n.root)),
-        Arc::new(Int32Array::from_iter_values(nodes.iter().map(|n| n.depth))),
-        Arc::new(BooleanArray::from_iter(is_call.iter().map(|c| Some(*c)))),
-        Arc::new(BooleanArray::from_iter(
-            call_parent.iter().map(|p| Some(p.is_some())),
-        )),
-        Arc::new(BooleanArray::from_iter(
-            calls.iter().map(|c| Some(c.id.is_some())),
-        )),
-        Arc::new(Int64Array::from_iter(calls.iter().map(|c| c.id))),
-        Arc::new(BooleanArray::from_iter(
-            calls.iter().map(|c| c.id.map(|_| c.first)),
-        )),
-        Arc::new(BooleanArray::from_iter(
-            calls.iter().map(|c| c.id.map(|_| c.last)),
-        )),
-        Arc::new(Int64Array::from_iter_values((0..nodes.len()).map(row_id))),
-        Arc::new(Int64Array::from_iter_values(
-            nodes.iter().map(|n| row_id(n.root)),
-        )),
-        Arc::new(Int64Array::from_iter(
-            nodes.iter().map(|n| n.upstream_attempt.map(row_id)),
-        )),
-    ]);
-    let lineage = match RecordBatch::try_new(LINEAGE_SCHEMA.clone(), columns) {
-        Ok(batch) => batch,
-        Err(e) => unreachable!("lineage columns follow LINEAGE_SCHEMA: {e}"),
+    let values = Values {
+        spans: renumbered,
+        nodes,
+        links,
+        calls,
     };
+    let started = std::time::Instant::now();
+    let lineage = values.lineage(match detail {
+        Detail::Analysis => &ANALYSED_LINEAGE_SCHEMA,
+        Detail::Query => &LINEAGE_SCHEMA,
+    });
+    timed("lineage: columns: lineage", started);
+    let started = std::time::Instant::now();
+    let nodes = &values.nodes;
 
-    // The attempts: their own columns taken from `lineage`, each linked span's gathered.
-    let rows = indices(attempts.iter().map(|&r| Some(r)));
+    // The attempts: their lineage values, and each linked span's columns gathered.
     let linked = |link: &dyn Fn(usize) -> Option<usize>| indices(attempts.iter().map(|&r| link(r)));
+    let taken = indices(attempts.iter().map(|&r| Some(r)));
     let mut columns: Vec<ArrayRef> = ATTEMPT_COLUMNS
         .iter()
-        .map(|name| gather(column(&lineage, name), &rows))
+        .map(|name| values.column(name, Some((attempts, &taken))))
         .collect();
     let previous = linked(&|r| calls[r].previous);
     columns.push(gather(by_name(col::OUTCOME), &previous));
@@ -1252,7 +1309,11 @@ fn build(
         by_name(col::OUTCOME),
         &linked(&|r| of_call(r).map(|c| c.last)),
     ));
+    timed("lineage: columns: attempts", started);
+    let started = std::time::Instant::now();
     let edges = Edges::new(spans, links, calls);
+    timed("lineage: columns: edges", started);
+    let started = std::time::Instant::now();
     let names = || edges.of_attempt.iter().map(|&e| edges.names[e]);
     columns.push(Arc::new(StringArray::from_iter_values(
         names().map(|n| n.0),
@@ -1288,6 +1349,7 @@ fn build(
         Ok(batch) => batch,
         Err(e) => unreachable!("attempt columns follow ATTEMPT_LINEAGE_SCHEMA: {e}"),
     };
+    timed("lineage: columns: linked", started);
     (lineage, attempts, edges.batch())
 }
 
@@ -1361,7 +1423,7 @@ mod tests {
         let (batch, _) = encode_request(&Conventions::default(), &request(vec![("svc", spans)]));
         let ids = |name: &str| batch.column_by_name(name).unwrap().as_fixed_size_binary();
         let parents = parent_rows(
-            ids(col::TRACE_ID),
+            &TraceGroups::new(ids(col::TRACE_ID)),
             ids(col::SPAN_ID),
             ids(col::PARENT_SPAN_ID),
         );
@@ -1410,7 +1472,7 @@ mod tests {
         );
         let Lineage {
             attempts, edges, ..
-        } = lineage_in_window(&batch, &ClockBounds::new(), 1.0);
+        } = lineage_in_window(&batch, &ClockBounds::new(), 1.0, Detail::Query);
         let ids = attempts
             .column_by_name(col::SPAN_ID)
             .unwrap()
