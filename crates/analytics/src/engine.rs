@@ -310,15 +310,12 @@ impl Loaded<'_> {
     /// Every table, as [`Plans::take`], with `lineage` in full when it was built so.
     fn take(&mut self) -> Vec<(&'static str, Table)> {
         let mut tables = self.plans.take();
-        if let Some(full) = self.lineage.take() {
-            for (name, table) in &mut tables {
-                if *name == LINEAGE {
-                    *table = Table {
-                        schema: full.schema(),
-                        batches: vec![full.clone()],
-                    };
-                }
-            }
+        let lineage = tables.iter_mut().find(|(name, _)| *name == LINEAGE);
+        if let (Some(full), Some((_, table))) = (self.lineage.take(), lineage) {
+            *table = Table {
+                schema: full.schema(),
+                batches: vec![full],
+            };
         }
         tables
     }

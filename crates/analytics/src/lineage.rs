@@ -1156,21 +1156,11 @@ struct Values<'a> {
 }
 
 impl Values<'_> {
-    /// Column `name` of [`LINEAGE_SCHEMA`] for `rows` and their [`indices`] (`None`: every
-    /// row, in order).
-    fn column(&self, name: &str, rows: Option<(&[usize], &UInt32Array)>) -> ArrayRef {
+    /// Column `name` of [`LINEAGE_SCHEMA`] for `rows`; span columns are gathered through
+    /// `taken` (the rows' [`indices`]), or are the batch's own when `taken` is `None` (`rows`
+    /// is every row, in order).
+    fn column(&self, name: &str, rows: &[usize], taken: Option<&UInt32Array>) -> ArrayRef {
         let (nodes, calls) = (&self.nodes, self.calls);
-        let all: Vec<usize>;
-        let (rows, taken) = match rows {
-            Some((rows, taken)) => (rows, Some(taken)),
-            None => {
-                if let Some(span_column) = self.spans.column_by_name(name) {
-                    return span_column.clone();
-                }
-                all = (0..nodes.len()).collect();
-                (all.as_slice(), None)
-            }
-        };
         let bools = |f: &dyn Fn(usize) -> Option<bool>| -> ArrayRef {
             Arc::new(rows.iter().map(|&r| f(r)).collect::<BooleanArray>())
         };
@@ -1221,10 +1211,11 @@ impl Values<'_> {
 
     /// The `lineage` batch in `schema`'s columns.
     fn lineage(&self, schema: &SchemaRef) -> RecordBatch {
+        let every: Vec<usize> = (0..self.nodes.len()).collect();
         let columns = schema
             .fields()
             .iter()
-            .map(|f| self.column(f.name(), None))
+            .map(|f| self.column(f.name(), &every, None))
             .collect();
         match RecordBatch::try_new(schema.clone(), columns) {
             Ok(batch) => batch,
@@ -1288,7 +1279,7 @@ fn build(
     let taken = indices(attempts.iter().map(|&r| Some(r)));
     let mut columns: Vec<ArrayRef> = ATTEMPT_COLUMNS
         .iter()
-        .map(|name| values.column(name, Some((attempts, &taken))))
+        .map(|name| values.column(name, attempts, Some(&taken)))
         .collect();
     let previous = linked(&|r| calls[r].previous);
     columns.push(gather(by_name(col::OUTCOME), &previous));
