@@ -22,7 +22,6 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use stormglass_model::SPANS_SCHEMA;
-use stormglass_model::hash::KeyedHash;
 use stormglass_model::schema as col;
 
 use crate::clock::{self, ClockBounds};
@@ -147,16 +146,10 @@ pub struct Partials {
 
 impl Partials {
     /// The partial tables of one analysis of `spans`, with what it covered: the spans,
-    /// their distinct trace ids, and the earliest start and latest end as sent. Counted
-    /// here, not in SQL: `COUNT(DISTINCT trace_id)` was ~7% of a chunk's queries.
-    fn new(tables: Vec<(&'static str, Table)>, spans: &RecordBatch) -> Partials {
-        let ids = spans
-            .column_by_name(col::TRACE_ID)
-            .and_then(|c| c.as_fixed_size_binary_opt());
-        let mut traces = std::collections::HashSet::with_hasher(KeyedHash::default());
-        for id in ids.into_iter().flatten().flatten() {
-            traces.insert(id);
-        }
+    /// their `traces` distinct trace ids (the lineage groups them anyway: counted in SQL,
+    /// `COUNT(DISTINCT trace_id)` was ~7% of a chunk's queries), and the earliest start and
+    /// latest end as sent.
+    fn new(tables: Vec<(&'static str, Table)>, spans: &RecordBatch, traces: usize) -> Partials {
         let time = |name| {
             spans
                 .column_by_name(name)
@@ -167,7 +160,7 @@ impl Partials {
         Partials {
             tables,
             spans: spans.num_rows(),
-            traces: traces.len(),
+            traces,
             span_range: start.zip(end),
         }
     }
@@ -304,6 +297,8 @@ struct Loaded<'a> {
     /// `lineage` with every column ([`Detail::Query`]), for the session a user queries: the
     /// plans read the analysed columns alone.
     lineage: Option<RecordBatch>,
+    /// Distinct trace ids in the spans.
+    traces: usize,
 }
 
 impl Loaded<'_> {
@@ -439,6 +434,7 @@ impl Engine {
             plans,
             _turn: self.plans.turn.lock().await,
             lineage: None,
+            traces: 0,
         };
         let started = std::time::Instant::now();
         let Lineage {
@@ -446,6 +442,7 @@ impl Engine {
             attempts,
             edges,
             clock_pairs,
+            traces,
         } = lineage::lineage_in_window(
             &spans,
             &window.clocks,
@@ -453,6 +450,7 @@ impl Engine {
             detail,
         );
         timed("lineage (Rust)", started);
+        loaded.traces = traces;
         loaded.fill("spans", vec![spans])?;
         let analysed = match detail {
             Detail::Analysis => lineage,
@@ -518,7 +516,11 @@ impl Engine {
     ) -> Result<Partials, AnalysisError> {
         let loaded = self.load(spans.clone(), window, Detail::Analysis).await?;
         loaded.derive().await?;
-        Ok(Partials::new(loaded.partials().await?, &spans))
+        Ok(Partials::new(
+            loaded.partials().await?,
+            &spans,
+            loaded.traces,
+        ))
     }
 
     /// A session with the union of `window`'s partials as `p_*` tables and every report
@@ -589,7 +591,7 @@ impl Engine {
                 .load(spans.clone(), &WindowContext::default(), Detail::Query)
                 .await?;
             loaded.derive().await?;
-            let partials = Partials::new(loaded.partials().await?, &spans);
+            let partials = Partials::new(loaded.partials().await?, &spans, loaded.traces);
             (self.session_of(loaded.take())?, partials)
         };
         self.merge_into(&ctx, &[Arc::new(partials)]).await?;

@@ -275,6 +275,8 @@ pub struct Lineage {
     /// `edge_names`: the attempts' edges ([`EDGE_NAMES_SCHEMA`]).
     pub edges: RecordBatch,
     pub clock_pairs: RecordBatch,
+    /// Distinct trace ids in the spans.
+    pub traces: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -321,7 +323,7 @@ pub fn lineage_in_window(
     let parent_of = |row: usize| parent_rows[row];
     let (clock_pairs, offsets) = clock_offsets(spans, &kinds, &parent_rows, prior, tolerance_ms);
     // Looked up per SERVER span: borrowed keys, no allocation.
-    let offsets: HashMap<(&str, &str), i64> = offsets
+    let offsets: HashMap<(&str, &str), i64, KeyedHash> = offsets
         .iter()
         .map(|((caller, callee), ns)| ((caller.as_str(), callee.as_str()), *ns))
         .collect();
@@ -475,6 +477,7 @@ pub fn lineage_in_window(
         attempts,
         edges,
         clock_pairs,
+        traces: groups.len(),
     }
 }
 
@@ -497,7 +500,7 @@ pub fn clock_bounds(spans: &RecordBatch) -> ClockBounds {
 }
 
 /// Clock bounds keyed by a batch's own service names.
-type BorrowedBounds<'a> = HashMap<(&'a str, &'a str), Bound>;
+type BorrowedBounds<'a> = HashMap<(&'a str, &'a str), Bound, KeyedHash>;
 
 /// One completed call's clock pair: the caller's and the callee's rows, and the offsets
 /// (ms) it allows, `client.start - server.start ..= client.end - server.end`.
@@ -522,7 +525,7 @@ fn own_bounds<'a>(
     let pending = column(col::PENDING).as_boolean();
     let start = column(col::START_NS).as_primitive::<Int64Type>();
     let end = column(col::END_NS).as_primitive::<Int64Type>();
-    let mut bounds = BorrowedBounds::new();
+    let mut bounds = BorrowedBounds::default();
     let mut pairs = Vec::new();
     for (row, parent) in parent_rows.iter().enumerate() {
         let Some(p) = *parent else { continue };
@@ -759,6 +762,11 @@ impl TraceGroups {
         TraceGroups { bounds, rows }
     }
 
+    /// How many traces.
+    fn len(&self) -> usize {
+        self.bounds.len() - 1
+    }
+
     /// Each trace's rows.
     fn traces(&self) -> impl Iterator<Item = &[usize]> {
         self.bounds.windows(2).map(|b| &self.rows[b[0]..b[1]])
@@ -946,14 +954,19 @@ fn logical_calls(
         .map(|rows| (trace_int(trace, rows[0]), rows))
         .collect();
     traces.sort_unstable_by_key(|&(id, _)| id);
-    let mut order: Vec<usize> = Vec::new();
+    // Each attempt's key read once, not once per comparison (the strings behind it are
+    // reached through the call span).
+    let mut order = Vec::new();
     for (_, rows) in traces {
         order.clear();
-        order.extend(rows.iter().copied().filter(|&r| is_attempt[r]));
-        order.sort_unstable_by_key(|&r| order_of(r));
+        order.extend(
+            rows.iter()
+                .filter(|&&r| is_attempt[r])
+                .map(|&r| order_of(r)),
+        );
+        order.sort_unstable();
         let mut previous = None;
-        for &row in &order {
-            let run = run_of(row);
+        for &(run, .., row) in &order {
             if number(row) == 0 || previous != Some(run) {
                 flush(&mut members, &mut slots);
                 id += 1;
