@@ -662,6 +662,24 @@ async fn timeout_compared_with_exact_p999() {
     assert_eq!(e.timeout_below_tail, Some(true));
 }
 
+/// A 50 ms timeout below every one of the callee's durations (inv answers in 100 ms): none
+/// is at or below it, a count of zero rather than none, so the timeout is below the tail.
+#[tokio::test]
+async fn timeout_below_every_callee_duration() {
+    use fixtures::{CLIENT, SERVER};
+    let mut s = Spans::default();
+    for t in 1..1001 {
+        let p = s.add(t, None, "web", "GET /", SERVER, 0.0, 400.0, vec![]);
+        let attrs = vec![fixtures::peer("inv"), fixtures::deadline(50)];
+        let c = s.add(t, Some(p), "web", "GET", CLIENT, 1.0, 102.0, attrs);
+        s.add(t, Some(c), "inv", "GET /stock", SERVER, 1.5, 101.5, vec![]);
+    }
+    let r = report(&s).await;
+    let e = edge(&r, "web", "inv");
+    assert_eq!(e.timeout_ms, Some(50.0));
+    assert_eq!(e.timeout_below_tail, Some(true));
+}
+
 /// Coarse clocks: two back-to-back calls of 500 ms and 400 ms budget under an 800 ms
 /// handler, the second stamped half a millisecond before the first ended (millisecond
 /// timestamps), are still sequential: one overcommit.
