@@ -1,6 +1,7 @@
 //! The hash of every map keyed by what clients send: trace ids in the assembly's maps,
 //! trace and span ids in the analysis's (the lineage's parent index, the offline duplicate
-//! check, the live chunking), attribute names in the encoder's alias table.
+//! check, the live chunking), service, hint and operation names in the lineage's (clock
+//! bounds, edges), attribute names in the encoder's alias table.
 //!
 //! Every accepted span is looked up by its trace id in the open-trace map and in both
 //! generations of released ids, so the hash runs three times per span, and once per
