@@ -146,7 +146,7 @@ pub struct Partials {
 
 impl Partials {
     /// The partial tables of one analysis of `spans`, with what it covered: the spans,
-    /// their `traces` distinct trace ids (the lineage groups them anyway: counted in SQL,
+    /// their `traces` distinct trace ids (the lineage's trace grouping counts them; in SQL,
     /// `COUNT(DISTINCT trace_id)` was ~7% of a chunk's queries), and the earliest start and
     /// latest end as sent.
     fn new(tables: Vec<(&'static str, Table)>, spans: &RecordBatch, traces: usize) -> Partials {
@@ -430,12 +430,7 @@ impl Engine {
                 Plans::new(ctx, &inputs).await
             })
             .await?;
-        let mut loaded = Loaded {
-            plans,
-            _turn: self.plans.turn.lock().await,
-            lineage: None,
-            traces: 0,
-        };
+        let turn = self.plans.turn.lock().await;
         let started = std::time::Instant::now();
         let Lineage {
             batch: lineage,
@@ -450,10 +445,10 @@ impl Engine {
             detail,
         );
         timed("lineage (Rust)", started);
-        loaded.traces = traces;
-        loaded.fill("spans", vec![spans])?;
-        let analysed = match detail {
-            Detail::Analysis => lineage,
+        // The plans read the analysed columns; a query session gets the full table back
+        // (`Loaded::take`).
+        let (analysed, full) = match detail {
+            Detail::Analysis => (lineage, None),
             Detail::Query => {
                 let indices: Vec<usize> = ANALYSED_LINEAGE_SCHEMA
                     .fields()
@@ -463,10 +458,16 @@ impl Engine {
                 let analysed = lineage
                     .project(&indices)
                     .map_err(|e| AnalysisError::query(LINEAGE, e))?;
-                loaded.lineage = Some(lineage);
-                analysed
+                (analysed, Some(lineage))
             }
         };
+        let loaded = Loaded {
+            plans,
+            _turn: turn,
+            lineage: full,
+            traces,
+        };
+        loaded.fill("spans", vec![spans])?;
         loaded.fill(LINEAGE, vec![analysed])?;
         loaded.fill(ATTEMPT_LINEAGE, vec![attempts])?;
         loaded.fill(EDGE_NAMES, vec![edges])?;
