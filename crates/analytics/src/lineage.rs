@@ -720,14 +720,14 @@ pub(crate) fn repeated_rows(
 /// `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`); the map of trace ids is a tenth of its
 /// size. Any row order works: OTLP requests group spans by service, so a file's traces are
 /// interleaved.
-struct TraceGroups {
+pub(crate) struct TraceGroups {
     /// Trace t's rows are `rows[bounds[t]..bounds[t + 1]]`, in row order.
     bounds: Vec<usize>,
     rows: Vec<usize>,
 }
 
 impl TraceGroups {
-    fn new(trace: &FixedSizeBinaryArray) -> TraceGroups {
+    pub(crate) fn new(trace: &FixedSizeBinaryArray) -> TraceGroups {
         let len = trace.len();
         // Each row's trace, numbered in order of first appearance.
         let mut numbers: HashMap<u128, usize, KeyedHash> = HashMap::default();
@@ -768,7 +768,7 @@ impl TraceGroups {
     }
 
     /// Each trace's rows.
-    fn traces(&self) -> impl Iterator<Item = &[usize]> {
+    pub(crate) fn traces(&self) -> impl Iterator<Item = &[usize]> {
         self.bounds.windows(2).map(|b| &self.rows[b[0]..b[1]])
     }
 }
