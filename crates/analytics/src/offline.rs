@@ -174,8 +174,8 @@ fn by_trace(batches: Vec<RecordBatch>, count: usize) -> Vec<Vec<RecordBatch>> {
 /// read: OTLP requests group spans by service, so a file's traces are interleaved, and the
 /// lineage, which walks each trace's rows, missed the cache on most of them: grouped, its
 /// logical calls' step took a quarter less (`STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`
-/// of the 10 M span benchmark file, three alternated pairs, the same report). The [`col::NOT_ANALYSED`] columns are not carried:
-/// [`whole`] empties them.
+/// of the 10 M span benchmark file, three alternated pairs, the same report). The
+/// [`col::NOT_ANALYSED`] columns are not carried: [`whole`] empties them.
 fn split(batches: Vec<RecordBatch>, count: usize) -> Vec<Vec<RecordBatch>> {
     let mut pieces: Vec<Vec<RecordBatch>> = vec![Vec::new(); count];
     let analysed = analysed_columns();
