@@ -8,12 +8,16 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running `stormglass serve`.
+/// A running `stormglass serve`. When it stops (dropped or terminated), it must not have
+/// failed an analysis or caught a fault in a task: a failed chunk's figures are missing from
+/// every dashboard, so no end-to-end test may pass over one unless it injected the fault
+/// (`STORMGLASS_TEST_FAULTS` in its environment).
 pub struct Server {
     child: Option<Child>,
     pub grpc: String,
     pub http: String,
     pub api: String,
+    faults_injected: bool,
 }
 
 impl Server {
@@ -51,6 +55,7 @@ impl Server {
             http: addr("http"),
             api: addr("api"),
             child: Some(child),
+            faults_injected: env.iter().any(|(k, _)| *k == "STORMGLASS_TEST_FAULTS"),
         }
     }
 
@@ -61,26 +66,27 @@ impl Server {
 
     /// The `/metrics` exposition as (series, value) pairs.
     pub fn metrics(&self) -> Vec<(String, f64)> {
-        let text = get(&format!("http://{}/metrics", self.api)).1;
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| {
-                let (series, value) = l.rsplit_once(' ')?;
-                Some((series.to_owned(), value.parse().ok()?))
-            })
-            .collect()
+        self.try_metrics().expect("read /metrics")
+    }
+
+    /// [`Server::metrics`], or `None` when they cannot be read (the server has exited).
+    fn try_metrics(&self) -> Option<Vec<(String, f64)>> {
+        let url = format!("http://{}/metrics", self.api);
+        let text = reqwest::blocking::get(url).ok()?.text().ok()?;
+        Some(
+            text.lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .filter_map(|l| {
+                    let (series, value) = l.rsplit_once(' ')?;
+                    Some((series.to_owned(), value.parse().ok()?))
+                })
+                .collect(),
+        )
     }
 
     /// Sum of every series of `name` whose labels include all of `labels` (`k="v"` form).
     pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
-        self.metrics()
-            .iter()
-            .filter(|(series, _)| {
-                let base = series.split('{').next().unwrap_or("");
-                base == name && labels.iter().all(|l| series.contains(l))
-            })
-            .map(|(_, v)| v)
-            .sum()
+        total(&self.metrics(), name, labels)
     }
 
     /// Poll until `check` holds (bounded: 20 s), returning its last value.
@@ -92,8 +98,23 @@ impl Server {
         }
     }
 
+    /// What the server failed (see [`Server`]): `None` when it failed nothing, the fault was
+    /// injected, or its metrics cannot be read (it has exited).
+    fn faults(&self) -> Option<String> {
+        if self.faults_injected {
+            return None;
+        }
+        let metrics = self.try_metrics()?;
+        let failures = total(&metrics, "stormglass_analysis_failures_total", &[]);
+        let faults = total(&metrics, "stormglass_internal_errors_total", &[]);
+        (failures != 0.0 || faults != 0.0).then(|| {
+            format!("the server failed {failures} analyses and caught {faults} faults in its tasks")
+        })
+    }
+
     /// Send SIGTERM and wait for exit; returns (exit success, stderr).
     pub fn terminate(mut self) -> (bool, String) {
+        let faults = self.faults();
         let mut child = self.child.take().unwrap();
         let pid = child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -101,6 +122,9 @@ impl Server {
         let mut text = String::new();
         stderr.read_to_string(&mut text).unwrap();
         let status = child.wait().unwrap();
+        if let Some(faults) = faults {
+            panic!("{faults}; its log:\n{text}");
+        }
         (status.success(), text)
     }
 }
@@ -121,6 +145,18 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// Sum of the `metrics` series of `name` whose labels include all of `labels`.
+fn total(metrics: &[(String, f64)], name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .iter()
+        .filter(|(series, _)| {
+            let base = series.split('{').next().unwrap_or("");
+            base == name && labels.iter().all(|l| series.contains(l))
+        })
+        .map(|(_, v)| v)
+        .sum()
 }
 
 /// Run the built `stormglass` binary; returns (success, stdout, stderr).
