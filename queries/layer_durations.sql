@@ -15,5 +15,10 @@ SELECT service_name AS service, duration_ns / 1e6 AS ms, weight
 FROM spans WHERE kind = 'server'
 UNION ALL
 SELECT a.callee AS service, a.duration_ms AS ms, a.weight
-FROM attempts a LEFT JOIN instrumented i ON i.service = a.callee
+-- An attempt with a SERVER span under it names that span's service or another SERVER
+-- span's as its callee (see attempts), an instrumented service: only the others can name
+-- an uninstrumented one, so only they are joined (joining every attempt by its callee's
+-- name was a third of this query, `EXPLAIN ANALYZE`).
+FROM (SELECT callee, duration_ms, weight FROM attempts WHERE server_span_id IS NULL) a
+LEFT JOIN instrumented i ON i.service = a.callee
 WHERE i.service IS NULL
