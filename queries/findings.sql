@@ -68,8 +68,10 @@ ordered AS (
         ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) = b.parent_span_id
       THEN LEAD(b.start_ns) OVER (ORDER BY b.trace_id, b.parent_span_id, b.start_ns, b.logical_call_id
         ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) END AS next_start_ns
-  FROM budgeted b
-  JOIN crowded c ON c.trace_id = b.trace_id AND c.parent_span_id = b.parent_span_id
+  -- (crowded on the left: the hash join's build side, so with no crowded parent, the
+  -- usual case, the budgeted calls are not read again)
+  FROM crowded c
+  JOIN budgeted b ON c.trace_id = b.trace_id AND c.parent_span_id = b.parent_span_id
 ),
 numbered AS (
   -- parent_no: the parent's number in that order
@@ -121,14 +123,19 @@ sequential AS (
   FROM sequential_calls s
 ),
 overcommitted AS (
-  -- parents whose sequential calls' budgets sum to more than the parent's
-  SELECT s.parent_no, MIN(s.through - s.budget) AS before_parent,
-    CAST(SUM(s.budget) AS DOUBLE) AS total_ms, COUNT(*) AS calls,
-    MAX(s.anchor_deadline_ms) AS parent_budget_ms
-  FROM params p CROSS JOIN sequential s
-  GROUP BY s.parent_no, p.deadline_tolerance_ms
-  HAVING COUNT(*) >= 2 AND NOT bool_or(s.inverted)
-    AND CAST(SUM(s.budget) AS DOUBLE) > MAX(s.anchor_deadline_ms) + p.deadline_tolerance_ms
+  -- each sequential call with its parent's sequential calls as a whole: how many, what came
+  -- before the parent's first (before_parent), their budgets' sum, the parent's budget and
+  -- whether any is inverted. Windows over the parent, not a GROUP BY joined back to
+  -- `sequential`: used twice, the chain above (and `crowded`'s aggregate of every budgeted
+  -- call) ran twice.
+  SELECT s.*,
+    COUNT(*) OVER parent AS calls,
+    MIN(s.through - s.budget) OVER parent AS before_parent,
+    CAST(SUM(s.budget) OVER parent AS DOUBLE) AS total_ms,
+    MAX(s.anchor_deadline_ms) OVER parent AS parent_budget_ms,
+    bool_or(s.inverted) OVER parent AS any_inverted
+  FROM sequential s
+  WINDOW parent AS (PARTITION BY s.parent_no)
 ),
 multi_layer AS (
   SELECT trace_id, COUNT(DISTINCT layer) AS retrying_layers
@@ -158,15 +165,17 @@ SELECT 'deadline_inversion', b.trace_id, b.caller, b.callee, b.operation,
 FROM budgeted b
 WHERE b.inverted AND b.budget_on_call_span
 UNION ALL
-SELECT 'overcommit', s.trace_id, s.caller, s.callee, s.operation,
+SELECT 'overcommit', o.trace_id, o.caller, o.callee, o.operation,
   concat(CAST(o.calls AS VARCHAR), ' sequential calls budget ', CAST(ROUND(o.total_ms) AS BIGINT),
     ' ms in all, more than the caller''s ', CAST(ROUND(o.parent_budget_ms) AS BIGINT), ' ms'),
-  s.weight, s.edge
-FROM params p CROSS JOIN sequential s
-JOIN overcommitted o ON o.parent_no = s.parent_no
--- the call whose budget crosses the parent's: over after it, not before
-WHERE CAST(s.through - o.before_parent AS DOUBLE) > o.parent_budget_ms + p.deadline_tolerance_ms
-  AND CAST(s.through - s.budget - o.before_parent AS DOUBLE)
+  o.weight, o.edge
+FROM params p CROSS JOIN overcommitted o
+-- parents whose sequential calls' budgets sum to more than the parent's
+WHERE o.calls >= 2 AND NOT o.any_inverted
+  AND o.total_ms > o.parent_budget_ms + p.deadline_tolerance_ms
+  -- the call whose budget crosses the parent's: over after it, not before
+  AND CAST(o.through - o.before_parent AS DOUBLE) > o.parent_budget_ms + p.deadline_tolerance_ms
+  AND CAST(o.through - o.budget - o.before_parent AS DOUBLE)
     <= o.parent_budget_ms + p.deadline_tolerance_ms
 UNION ALL
 SELECT 'not_propagated', a.trace_id, a.caller, a.callee, a.operation,
