@@ -189,13 +189,14 @@ SELECT 'unsafe_retry', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a non-idempotent call without an idempotency key'),
   a.weight, a.edge
 FROM attempts a
-WHERE a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key
+-- (retries, a few percent of the attempts, last: see entries)
+WHERE a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),
   a.weight, a.edge
 FROM attempts a
-WHERE a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent
+WHERE a.non_idempotent AND a.cause = 'deadline' AND a.attempt >= 1
 UNION ALL
 SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' started ', CAST(ROUND(a.backoff_ms, 1) AS VARCHAR),

@@ -29,7 +29,8 @@ broken AS (
     SELECT trace_id, service_name AS service, weight,
       ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY start_ns, span_id) AS n
     FROM lineage
-    WHERE depth = 0 AND parent_span_id IS NOT NULL
+    -- (the selective condition last: see entries)
+    WHERE parent_span_id IS NOT NULL AND depth = 0
   ) orphaned
   WHERE n = 1
   GROUP BY service
