@@ -39,12 +39,14 @@ WITH lc AS (
   GROUP BY edge
 ),
 at AS (
+  -- (in the filters, retries, a few percent of the attempts, come last: DataFusion copies
+  -- the aggregate's input rows where an AND's left side is selective; see entries)
   SELECT a.edge,
     SUM(a.weight) AS attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok'), 0.0) AS ok_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt = 0), 0.0) AS first_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1), 0.0) AS retry_attempts,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.outcome = 'ok'), 0.0) AS ok_retry_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok' AND a.attempt >= 1), 0.0) AS ok_retry_attempts,
     MAX(a.attempt) AS max_attempt,
     MAX(a.outer_attempt) FILTER (WHERE a.outer_attempt >= 0) AS max_outer_attempt,
     COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL), 0.0) AS budgeted_attempts,
@@ -58,9 +60,9 @@ at AS (
       AND (a.idempotent IS NOT NULL OR a.has_idempotency_key)), 0.0)
       AS declared_writes,
     COALESCE(SUM(a.weight) FILTER (WHERE a.server_span_id IS NOT NULL), 0.0) AS served_attempts,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.non_idempotent AND NOT a.has_idempotency_key), 0.0)
+    COALESCE(SUM(a.weight) FILTER (WHERE a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1), 0.0)
       AS unsafe_retries,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.cause = 'deadline' AND a.non_idempotent), 0.0)
+    COALESCE(SUM(a.weight) FILTER (WHERE a.non_idempotent AND a.cause = 'deadline' AND a.attempt >= 1), 0.0)
       AS timeout_retries_on_writes,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms), 0.0)
       AS immediate_retries
