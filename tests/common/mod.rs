@@ -140,9 +140,21 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        // Terminated or crashed: nothing left to check or stop.
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // Read before the kill; not while the test is already failing (a second panic
+        // while unwinding aborts the test binary).
+        let faults = if std::thread::panicking() {
+            None
+        } else {
+            self.faults()
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Some(faults) = faults {
+            panic!("{faults}");
         }
     }
 }
