@@ -287,7 +287,24 @@ struct Node {
     anchor: Option<(f64, i64)>,
     upstream_attempt: Option<usize>,
     root: usize,
+    /// -1 until the walk reaches the span.
     depth: i32,
+}
+
+impl Node {
+    /// A span the walk has not reached yet.
+    const UNSET: Node = Node {
+        offset_ns: 0,
+        upstream_retry: false,
+        anchor: None,
+        upstream_attempt: None,
+        root: usize::MAX,
+        depth: -1,
+    };
+
+    fn is_set(&self) -> bool {
+        self.depth >= 0
+    }
 }
 
 /// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`])
@@ -370,14 +387,16 @@ pub fn lineage_in_window(
         depth: above.depth + 1,
     };
 
-    let mut nodes: Vec<Option<Node>> = vec![None; rows];
+    // Not `Option<Node>`: unwrapping every node for the columns was a pass and a copy of
+    // its own (~25 ms per million spans, `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`).
+    let mut nodes: Vec<Node> = vec![Node::UNSET; rows];
     let mut on_path = vec![false; rows];
     let mut path = Vec::new();
     for start_row in 0..rows {
         // Climb to the first computed ancestor, a root, or a cycle; then fill the path
         // downwards, each span from its (now computed) parent.
         let mut row = start_row;
-        while nodes[row].is_none() && !on_path[row] {
+        while !nodes[row].is_set() && !on_path[row] {
             on_path[row] = true;
             path.push(row);
             match parent_of(row) {
@@ -388,8 +407,8 @@ pub fn lineage_in_window(
         while let Some(row) = path.pop() {
             on_path[row] = false;
             // A parent still uncomputed here closes a cycle: cut it, this span is a root.
-            let node = match parent_of(row).and_then(|p| nodes[p].map(|above| (p, above))) {
-                Some((p, above)) => derive(row, p, &above),
+            let node = match parent_of(row).filter(|&p| nodes[p].is_set()) {
+                Some(p) => derive(row, p, &nodes[p]),
                 None => Node {
                     offset_ns: 0,
                     upstream_retry: false,
@@ -399,7 +418,7 @@ pub fn lineage_in_window(
                     depth: 0,
                 },
             };
-            nodes[row] = Some(node);
+            nodes[row] = node;
         }
     }
     // First SERVER child of each span, by start time.
@@ -609,8 +628,8 @@ fn clock_offsets(
 
 /// `spans` with `start_ns` and `end_ns` shifted into the root's clock, or `None` when no
 /// span needs it.
-fn in_root_clock(spans: &RecordBatch, nodes: &[Option<Node>]) -> Option<RecordBatch> {
-    let offset = |row: usize| nodes[row].map_or(0, |n| n.offset_ns);
+fn in_root_clock(spans: &RecordBatch, nodes: &[Node]) -> Option<RecordBatch> {
+    let offset = |row: usize| nodes[row].offset_ns;
     if (0..spans.num_rows()).all(|row| offset(row) == 0) {
         return None;
     }
@@ -1241,7 +1260,7 @@ impl Values<'_> {
 /// and the `edge_names` batch (see the module docs).
 fn build(
     spans: &RecordBatch,
-    nodes: Vec<Option<Node>>,
+    nodes: Vec<Node>,
     links: &Links,
     calls: &[CallSlot],
     detail: Detail,
@@ -1252,7 +1271,6 @@ fn build(
         server_child,
         ..
     } = *links;
-    let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     let by_name = |name: &str| column(spans, name);
     // An attempt whose number was unreadable takes the number its call gives it.
     let attempt = by_name(col::ATTEMPT).as_primitive::<Int32Type>();
