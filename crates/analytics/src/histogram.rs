@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Float64Array, Int32Array};
+use arrow::compute::unary;
 use arrow::datatypes::{DataType, Float64Type, Int32Type};
 use datafusion::common::Result;
 use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
@@ -59,18 +60,21 @@ pub fn le_index(bounds: &[f64], seconds: f64) -> i32 {
     bounds.partition_point(|bound| *bound < seconds) as i32
 }
 
-/// Register `sg_bucket`, `sg_bucket_ms` and `sg_le` in a session.
+/// Register `sg_bucket`, `sg_bucket_ms` and `sg_le` in a session. Each maps the values
+/// with Arrow's `unary`, which keeps the input's nulls and maps every slot: collecting an
+/// iterator of `Option`s built the array value by value (~3% of the live analysis's
+/// samples, `perf record`).
 pub fn register(ctx: &SessionContext) {
     let to_bucket = |args: &[ColumnarValue]| -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let values = arrays[0].as_primitive::<Float64Type>();
-        let out: Int32Array = values.iter().map(|v| v.map(bucket)).collect();
+        let out: Int32Array = unary(values, bucket);
         Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     };
     let to_ms = |args: &[ColumnarValue]| -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let buckets = arrays[0].as_primitive::<Int32Type>();
-        let out: Float64Array = buckets.iter().map(|b| b.map(bucket_ms)).collect();
+        let out: Float64Array = unary(buckets, bucket_ms);
         Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     };
     ctx.register_udf(create_udf(
@@ -84,10 +88,7 @@ pub fn register(ctx: &SessionContext) {
     let to_le = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let values = arrays[0].as_primitive::<Float64Type>();
-        let out: Int32Array = values
-            .iter()
-            .map(|v| v.map(|v| le_index(&bounds, v)))
-            .collect();
+        let out: Int32Array = unary(values, |v| le_index(&bounds, v));
         Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     };
     ctx.register_udf(create_udf(
