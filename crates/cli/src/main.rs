@@ -38,12 +38,12 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 ///
 /// mimalloc purges everything free when the delay since the last free runs out. The
 /// analysis allocates and frees a chunk's tables several times a second, so every second
-/// it faulted back in, zeroed, the memory it had just freed: ~190,000 page faults and ~7%
-/// of the analysis thread's CPU spent in the kernel over 12 s of the benchmark's load.
-/// With 10 s, ~65,000 faults, and 1.16-1.19 s of analysis per million spans against
-/// 1.19-1.37 s (`MIMALLOC_PURGE_DELAY=10000` against the default, alternated runs). Memory
-/// freed after a storm still goes back, 10 s later. `MIMALLOC_PURGE_DELAY=<ms>` in the
-/// environment overrides it, as for any mimalloc option.
+/// it faulted back in, zeroed, the memory it had just freed: over 12 s of the benchmark's
+/// load, ~190,000 minor faults of the analysis thread and 0.40-0.46 s of its ~6 s of CPU
+/// in the kernel; ~60,000 and 0.18 s with 10 s. Its CPU per 1 M spans went 1.33 -> 1.10
+/// and 1.25 -> 1.08 s (two alternated pairs of release builds). Memory freed after a storm
+/// still goes back, 10 s later. `MIMALLOC_PURGE_DELAY=<ms>` in the environment overrides
+/// it, as for any mimalloc option.
 const PURGE_DELAY_MS: i32 = 10_000;
 
 /// Set the allocator's purge delay ([`PURGE_DELAY_MS`]) unless the environment chose one.
