@@ -292,7 +292,8 @@ struct Node {
 }
 
 impl Node {
-    /// A span the walk has not reached yet.
+    /// A span the walk has not reached yet (a root is this with its own row as `root`, at
+    /// depth 0).
     const UNSET: Node = Node {
         offset_ns: 0,
         upstream_retry: false,
@@ -410,12 +411,9 @@ pub fn lineage_in_window(
             let node = match parent_of(row).filter(|&p| nodes[p].is_set()) {
                 Some(p) => derive(row, p, &nodes[p]),
                 None => Node {
-                    offset_ns: 0,
-                    upstream_retry: false,
-                    anchor: None,
-                    upstream_attempt: None,
                     root: row,
                     depth: 0,
+                    ..Node::UNSET
                 },
             };
             nodes[row] = node;
