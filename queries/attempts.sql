@@ -10,11 +10,23 @@
 --     not an attempt; its children are, and inherit its callee hint, deadline and
 --     idempotency when they carry none.
 --   * uninstrumented callers: a SERVER span carrying an attempt number whose parent is not
---     an attempt (a proxy or gateway that sends no CLIENT spans retried it) is an attempt
---     of its parent's service (caller `unknown` without a parent) to its own service.
+--     an attempt (a proxy or gateway that sends no CLIENT spans retried it), or any SERVER
+--     span whose parent is another service's non-CLIENT span (the caller propagates the
+--     context but sends no CLIENT span), is an attempt of its parent's service (caller
+--     `unknown` without a parent) to its own service; an unnumbered one after a sibling
+--     SERVER span of the same parent is a re-send of the same call.
+--   * re-sends below the instrumentation: a CLIENT span with several SERVER children of
+--     one service (a client library or proxy sent the request again) is a call span; each
+--     SERVER child is an attempt, in start order, with its own outcome (the last one takes
+--     the CLIENT span's outcome and end when the client gave up: deadline, cancelled), and
+--     the CLIENT span's operation and budget.
+--   * application loops: unnumbered sibling CLIENT spans to one callee and operation, each
+--     started after the one before ended in a retryable failure, to the same URL where both
+--     carry one, are one call (`retries.infer_loops`).
 -- Attempts of one parent to one callee hint and operation, ordered by start, form logical
--- calls; a new logical call starts at every attempt numbered 0, so a parent calling the
--- same operation twice makes two logical calls. The grouping (logical_call_id, unique within
+-- calls; a new logical call starts at every attempt numbered 0 that none of the rules
+-- above joins to the one before, so a parent calling the same operation twice makes two
+-- logical calls. In a call with attempts found without numbers, `attempt` is the position. The grouping (logical_call_id, unique within
 -- one analysis, and each attempt's place in its call) is computed in Rust with the lineage:
 -- as two window passes over the whole table it dominated every interval's analysis.
 -- The callee is the service of a SERVER span under any attempt of the call,
@@ -43,7 +55,7 @@
 --   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
 --   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
 --   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
---   logical_final_outcome
+--   logical_final_outcome, hidden, hedged, inferred, other_instance
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
@@ -55,6 +67,13 @@
 -- their work).
 -- numbered, has_cause: the span carries an attempt number / a cause attribute of its own
 -- (instrumentation coverage; `attempt` defaults to 0 and `cause` to the previous outcome).
+-- hidden: read from a SERVER span without a number of its own (a re-send below the CLIENT
+-- span, or a call from an uninstrumented caller); inferred: joined to its call as an
+-- application loop's retry; hedged: a SERVER attempt started before an earlier attempt of
+-- its call had ended (an attempt, not a retry: its cause is `hedge`, and the retry figures
+-- leave it out). other_instance: a retry whose SERVER span ran on another instance
+-- (service.instance.id, else host.name) than the attempt before's (null when either is
+-- unknown or on first attempts).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
 -- fit in (null otherwise).
 WITH tries AS (
@@ -76,10 +95,10 @@ WITH tries AS (
     s.callee,
     s.call_attempt AS outer_attempt,
     s.call_deadline_ms, s.call_anchor_deadline_ms, s.call_anchor_start_ns, s.weight,
-    s.attempt IS NOT NULL AS numbered, s.retry_cause IS NOT NULL AS has_cause,
+    s.numbered, s.retry_cause IS NOT NULL AS has_cause,
     s.row_id, s.root_row, s.upstream_attempt_row, s.edge, s.upstream_edge,
     s.logical_attempts, s.logical_max_attempt, s.logical_start_ns, s.logical_end_ns,
-    s.logical_final_outcome
+    s.logical_final_outcome, s.hidden, s.hedged, s.inferred, s.other_instance
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -88,6 +107,7 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.caller, o.callee,
   o.operation, o.attempt,
   CASE WHEN o.attempt = 0 THEN NULL
+       WHEN o.hedged THEN 'hedge'
        ELSE COALESCE(o.retry_cause, o.prev_outcome)
   END AS cause,
   o.outcome, o.start_ns, o.end_ns, (o.end_ns - o.start_ns) / 1e6 AS duration_ms,
@@ -102,5 +122,6 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
   o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row, o.edge,
   o.upstream_edge, o.logical_attempts, o.logical_max_attempt, o.logical_start_ns,
-  o.logical_end_ns, o.logical_final_outcome
+  o.logical_end_ns, o.logical_final_outcome, o.hidden, o.hedged, o.inferred,
+  o.other_instance
 FROM tries o

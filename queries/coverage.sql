@@ -13,23 +13,31 @@
 --                   writes): unsafe retries
 --   server_spans    attempts whose callee sent a SERVER span / attempts: layer latency,
 --                   orphan work, clock skew
+--   from_server_spans  attempts read from SERVER spans without a number (re-sends below
+--                   the CLIENT span, uninstrumented callers) / attempts
+--   inferred        attempts inferred from sibling CLIENT spans (application loops) /
+--                   attempts
+-- (attempt_number, from_server_spans and inferred say how the attempts were found; the
+-- rest are unnumbered single attempts, read as first tries.)
 -- Shares of sampling-weighted counts.
 --
 -- Inputs: p_edges.
 -- Output: level, service, callee, operation, attempts, attempt_number, cause, deadline,
---   idempotency, server_spans
+--   idempotency, server_spans, from_server_spans, inferred
 WITH e AS (
   SELECT 'edge' AS level, caller AS service, callee, operation,
     SUM(attempts) AS attempts, SUM(numbered_attempts) AS numbered,
     SUM(retry_attempts) AS retries, SUM(caused_retries) AS caused,
     SUM(budgeted_attempts) AS budgeted, SUM(write_attempts) AS writes,
-    SUM(declared_writes) AS declared, SUM(served_attempts) AS served
+    SUM(declared_writes) AS declared, SUM(served_attempts) AS served,
+    SUM(hidden_attempts) AS hidden, SUM(inferred_attempts) AS inferred
   FROM p_edges GROUP BY caller, callee, operation
   UNION ALL
   SELECT 'service' AS level, caller AS service, CAST(NULL AS VARCHAR) AS callee,
     CAST(NULL AS VARCHAR) AS operation,
     SUM(attempts), SUM(numbered_attempts), SUM(retry_attempts), SUM(caused_retries),
-    SUM(budgeted_attempts), SUM(write_attempts), SUM(declared_writes), SUM(served_attempts)
+    SUM(budgeted_attempts), SUM(write_attempts), SUM(declared_writes), SUM(served_attempts),
+    SUM(hidden_attempts), SUM(inferred_attempts)
   FROM p_edges GROUP BY caller
 )
 SELECT level, service, callee, operation, CAST(ROUND(attempts) AS BIGINT) AS attempts,
@@ -37,6 +45,8 @@ SELECT level, service, callee, operation, CAST(ROUND(attempts) AS BIGINT) AS att
   caused / NULLIF(retries, 0) AS cause,
   budgeted / NULLIF(attempts, 0) AS deadline,
   declared / NULLIF(writes, 0) AS idempotency,
-  served / NULLIF(attempts, 0) AS server_spans
+  served / NULLIF(attempts, 0) AS server_spans,
+  hidden / NULLIF(attempts, 0) AS from_server_spans,
+  inferred / NULLIF(attempts, 0) AS inferred
 FROM e
 ORDER BY level, service, callee, operation

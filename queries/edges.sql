@@ -18,6 +18,10 @@
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
 --   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
+--   hidden_attempts, inferred_attempts, hedged_attempts: attempts found without a number
+--                           of their own (see attempts): sums of the partials
+--   retries_to_other_instance  retries that reached another instance than the attempt
+--                           before / retries where both instances are known
 -- Ratios with an empty denominator are null.
 --
 -- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_latency, layers, clock_skew,
@@ -28,7 +32,8 @@
 --   timeout_ms,
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
---   deadline_inversions, clock_skew_ms
+--   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
+--   retries_to_other_instance
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
@@ -39,7 +44,10 @@ WITH e AS (
     SUM(unsafe_retries) AS unsafe_retries,
     SUM(timeout_retries_on_writes) AS timeout_retries_on_writes,
     SUM(immediate_retries) AS immediate_retries, SUM(orphan_pairs) AS orphan_pairs,
-    SUM(orphan_work_ms) AS orphan_work_ms, SUM(deadline_inversions) AS deadline_inversions
+    SUM(orphan_work_ms) AS orphan_work_ms, SUM(deadline_inversions) AS deadline_inversions,
+    SUM(hidden_attempts) AS hidden_attempts, SUM(inferred_attempts) AS inferred_attempts,
+    SUM(hedged_attempts) AS hedged_attempts, SUM(instance_retries) AS instance_retries,
+    SUM(other_instance_retries) AS other_instance_retries
   FROM p_edges
   GROUP BY caller, callee, operation
 ),
@@ -107,7 +115,12 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.timeout_retries_on_writes) AS BIGINT) AS timeout_retries_on_writes,
   CAST(ROUND(e.immediate_retries) AS BIGINT) AS immediate_retries,
   CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
-  k.clock_skew_ms
+  k.clock_skew_ms,
+  CAST(ROUND(e.hidden_attempts) AS BIGINT) AS hidden_attempts,
+  CAST(ROUND(e.inferred_attempts) AS BIGINT) AS inferred_attempts,
+  CAST(ROUND(e.hedged_attempts) AS BIGINT) AS hedged_attempts,
+  CAST(e.other_instance_retries AS DOUBLE) / NULLIF(e.instance_retries, 0)
+    AS retries_to_other_instance
 FROM params p
 CROSS JOIN e
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation

@@ -13,11 +13,11 @@
 --                         budget (plus tolerance); one finding per parent, named after the call
 --                         whose budget crosses it;
 --   not_propagated        a SERVER span without a deadline whose calling attempt had one;
---   unsafe_retry          a retry (attempt >= 1) of a non-idempotent operation without an
---                         idempotency key;
+--   unsafe_retry          a retry (attempt >= 1, a hedge included: it duplicates the write
+--                         as well) of a non-idempotent operation without an idempotency key;
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
---   immediate_retry       a retry started less than advice.min_backoff_ms after the previous
---                         attempt ended;
+--   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
+--                         the previous attempt ended;
 --   multi_layer_retry     a trace in which two or more retry layers retried: each caller
 --                         is one, and an in-process retry loop around a caller's calls
 --                         (attempts.outer_attempt) is another (named after the trace's entry).
@@ -140,7 +140,7 @@ overcommitted AS (
 multi_layer AS (
   SELECT trace_id, COUNT(DISTINCT layer) AS retrying_layers
   FROM (
-    SELECT trace_id, caller AS layer FROM attempts WHERE attempt >= 1
+    SELECT trace_id, caller AS layer FROM attempts WHERE attempt >= 1 AND NOT hedged
     UNION ALL
     SELECT trace_id, concat(caller, ' (in-process loop)') FROM attempts WHERE outer_attempt <> 0
   ) retried
@@ -203,7 +203,7 @@ SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
     ' ms after the previous attempt ended'),
   a.weight, a.edge
 FROM params p CROSS JOIN attempts a
-WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms
+WHERE a.attempt >= 1 AND NOT a.hedged AND a.backoff_ms < p.min_backoff_ms
 UNION ALL
 SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,
   concat(CAST(m.retrying_layers AS VARCHAR), ' layers retried in one trace'),

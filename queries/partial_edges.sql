@@ -11,6 +11,11 @@
 -- write_attempts (writes, or attempts that say whether they are idempotent),
 -- declared_writes (those with an idempotent flag or an idempotency key), served_attempts
 -- (attempts whose callee sent a SERVER span).
+-- How attempts were found: hidden_attempts (read from SERVER spans without a number:
+-- re-sends below a CLIENT span, uninstrumented callers), inferred_attempts (application
+-- loops), hedged_attempts (attempts started before an earlier one ended: in attempts, not
+-- in the retry counts); instance_retries and other_instance_retries: retries whose
+-- instance and the previous attempt's are known, and those that landed elsewhere.
 --
 -- Conditional sums are written SUM(x) FILTER (WHERE c), not SUM(CASE WHEN c THEN x ELSE 0.0
 -- END): the same sums (a row whose condition is false or null adds nothing either way; COALESCE
@@ -26,7 +31,8 @@
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   attempts, ok_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
---   caused_retries, write_attempts, declared_writes, served_attempts,
+--   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
+--   inferred_attempts, hedged_attempts, instance_retries, other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
@@ -45,27 +51,36 @@ at AS (
     SUM(a.weight) AS attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok'), 0.0) AS ok_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt = 0), 0.0) AS first_attempts,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1), 0.0) AS retry_attempts,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok' AND a.attempt >= 1), 0.0) AS ok_retry_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged), 0.0) AS retry_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok' AND a.attempt >= 1 AND NOT a.hedged), 0.0)
+      AS ok_retry_attempts,
     MAX(a.attempt) AS max_attempt,
     MAX(a.outer_attempt) FILTER (WHERE a.outer_attempt >= 0) AS max_outer_attempt,
     COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL), 0.0) AS budgeted_attempts,
     COALESCE(SUM(a.deadline_ms * a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL), 0.0)
       AS deadline_ms_total,
     COALESCE(SUM(a.weight) FILTER (WHERE a.numbered), 0.0) AS numbered_attempts,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.has_cause), 0.0) AS caused_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged AND a.has_cause), 0.0)
+      AS caused_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.is_write OR a.idempotent IS NOT NULL), 0.0)
       AS write_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE (a.is_write OR a.idempotent IS NOT NULL)
       AND (a.idempotent IS NOT NULL OR a.has_idempotency_key)), 0.0)
       AS declared_writes,
     COALESCE(SUM(a.weight) FILTER (WHERE a.server_span_id IS NOT NULL), 0.0) AS served_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.hidden), 0.0) AS hidden_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.inferred), 0.0) AS inferred_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.hedged), 0.0) AS hedged_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance IS NOT NULL AND NOT a.hedged), 0.0)
+      AS instance_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance AND NOT a.hedged), 0.0)
+      AS other_instance_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1), 0.0)
       AS unsafe_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.non_idempotent AND a.cause = 'deadline' AND a.attempt >= 1), 0.0)
       AS timeout_retries_on_writes,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.backoff_ms < p.min_backoff_ms), 0.0)
-      AS immediate_retries
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
+      AND a.backoff_ms < p.min_backoff_ms), 0.0) AS immediate_retries
   FROM params p CROSS JOIN attempts a
   GROUP BY a.edge
 ),
@@ -85,7 +100,8 @@ SELECT n.caller, n.callee, n.operation,
   at.attempts, at.ok_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
   at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,
-  at.served_attempts,
+  at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
+  at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,

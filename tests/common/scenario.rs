@@ -1,6 +1,6 @@
 //! Retry scenarios sent through the real OpenTelemetry SDK and OTLP/gRPC exporter, one
-//! tracer provider per service (each with its own `service.name`), with explicit span
-//! timestamps so the figures they produce are known exactly.
+//! tracer provider per service (each with its own `service.name` and one instance), with
+//! explicit span timestamps so the figures they produce are known exactly.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, SystemTime};
@@ -41,6 +41,10 @@ impl Services {
                         .with_resource(
                             Resource::builder()
                                 .with_service_name((*service).to_owned())
+                                .with_attribute(KeyValue::new(
+                                    "service.instance.id",
+                                    format!("{service}-0"),
+                                ))
                                 .build(),
                         )
                         .build()

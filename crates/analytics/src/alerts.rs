@@ -286,6 +286,13 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
              \"callee\", \"$1\", \"service\", \"(.*)\"))"
                 .to_owned(),
         ),
+        (
+            "stormglass:edge_retries_to_other_instance:ratio_rate5m",
+            format!(
+                "sum by ({EDGE}) (rate(stormglass_other_instance_retries_total[5m])) / \
+                 (sum by ({EDGE}) (rate(stormglass_instance_retries_total[5m])) > 0)"
+            ),
+        ),
     ]
 }
 

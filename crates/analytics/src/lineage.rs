@@ -15,9 +15,9 @@
 //! | `upstream_attempt_span_id` | the nearest ancestor that is a client span or carries an attempt number: the attempt this span's work was done for |
 //! | `root_span_id` | the topmost ancestor present in the trace (the span itself when it has none) |
 //! | `depth` | number of ancestors present |
-//! | `is_call_span` | a CLIENT/INTERNAL span with CLIENT/INTERNAL children carrying attempt numbers: a gRPC-style call span whose children are its attempts |
+//! | `is_call_span` | a CLIENT/INTERNAL span with CLIENT/INTERNAL children carrying attempt numbers (a gRPC-style call span whose children are its attempts), or a CLIENT span with several SERVER children of one service (re-sends below the instrumentation: a client library or a proxy sent the request again) |
 //! | `parent_is_call_span` | the parent is such a call span |
-//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, a numbered INTERNAL child of a call span, or a numbered SERVER span whose parent is not an attempt (its caller, a proxy or gateway, sent no span for it); such a SERVER attempt is its own `server_*` span |
+//! | `is_attempt` | the span is an attempt: a CLIENT span that is not a call span, a numbered INTERNAL child of a call span, a SERVER child of a re-sending CLIENT span, or a SERVER span whose caller sent no attempt span for it: numbered (a proxy or gateway without tracing numbered it), or under another service's non-CLIENT span (the caller propagates the context but sends no CLIENT spans); such a SERVER attempt is its own `server_*` span |
 //! | `logical_call_id` | attempts only: the logical call (numbered from 1 in the order below) |
 //! | `is_first_attempt`, `is_last_attempt` | attempts only: position within the call |
 //! | `row_id`, `root_row`, `upstream_attempt_row` | the span's row in this analysis's batch, its `root_span_id`'s and its `upstream_attempt_span_id`'s: keys for joins within one analysis (one integer hashes and compares in a fraction of the time of a trace id and a span id) |
@@ -37,18 +37,41 @@
 //! | `call_anchor_deadline_ms`, `call_anchor_start_ns` | the anchor of the parent call span (the budget the whole call had to fit in), when the parent is one |
 //! | `call_parent_span_id`, `call_attempt`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write` | those columns of the parent, when it is a call span (else null) |
 //! | `server_span_id`, `server_service`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms` | those columns of the attempt's first SERVER child by start (else null) |
+//! | `numbered` | the span carries an attempt number of its own |
+//! | `hidden` | a SERVER attempt without a number of its own (a re-send, or an uninstrumented caller's call) |
+//! | `hedged` | a SERVER attempt started before an earlier attempt of its call had ended |
+//! | `inferred` | joined to its call as an application loop's retry (see below) |
+//! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
+//!
+//! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation` and
+//! `deadline_ms` (the call its caller made) and is named after it in `edge`; its outcome and
+//! end are its own, except the last one's when the client gave up (deadline, cancelled):
+//! then they are the CLIENT span's, the outcome and end the caller saw, so a server that
+//! went on is an orphan as it would be under a single attempt.
 //!
 //! `hint_server`, for attempts with a callee hint (theirs, else their call span's): the
 //! service SERVER spans under this batch's attempts most often have for that hint (ties:
 //! the first by name), the callee's name where no SERVER span answered the call itself.
 //!
-//! Logical calls: attempts ordered by trace, parent, callee hint (the call span's when the
-//! attempt has none), operation, start, attempt number and span id (SDKs with
-//! millisecond clocks give a first attempt and its quick retry the same start: the number,
-//! never the span id, orders them); a new call starts at every attempt
-//! numbered 0 (or unnumbered) and wherever trace, parent, hint or operation change. Within a
-//! call, attempts are ordered by number, start and span id. (This was two SQL window passes
-//! over the whole table: the sort dominated every interval's analysis.)
+//! Logical calls: attempts ordered by their sender (the re-sending CLIENT span for its
+//! SERVER children, else the attempt itself): by trace, the sender's parent, callee hint
+//! (the call span's when it has none) and operation, then its start, attempt number and
+//! span id (SDKs with millisecond clocks give a first attempt and its quick retry the same
+//! start: the number, never the span id, orders them), then the attempt's own start. A new
+//! call starts wherever trace, parent, hint or operation change, and at every attempt
+//! numbered 0 (or unnumbered) unless it is
+//! * another SERVER child of the same re-sending CLIENT span;
+//! * an unnumbered SERVER attempt after a sibling SERVER attempt of the same parent (an
+//!   uninstrumented caller's re-send);
+//! * with `infer_loops`, an unnumbered CLIENT span started after the previous one (also a
+//!   CLIENT span) ended in a retryable failure (deadline, cancelled, unavailable,
+//!   throttled, server_error), to the same URL where both carry one (`target_hash`): an
+//!   application's retry loop; a loop over different URLs stays separate calls.
+//!
+//! Within a call, attempts are ordered by number, start and span id; in a call with
+//! attempts found without numbers (re-sent, hidden, inferred), they keep the order above
+//! and their position is their number. The calls are grouped before the ancestor walk, so
+//! `upstream_retry` sees the numbers they give.
 //!
 //! Clock skew: the completed attempts' SERVER children give each (caller service, callee
 //! service) the offsets its callee's clock may have (see [`crate::clock`]), intersected with
@@ -239,6 +262,13 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             .map(|name| nullable(name, &format!("call_{name}"))),
     );
     fields.extend(SERVER_COLUMNS.iter().map(|(from, to)| nullable(from, to)));
+    fields.extend([
+        Field::new("numbered", DataType::Boolean, false),
+        Field::new("hidden", DataType::Boolean, false),
+        Field::new("hedged", DataType::Boolean, false),
+        Field::new("inferred", DataType::Boolean, false),
+        Field::new("other_instance", DataType::Boolean, true),
+    ]);
     Arc::new(Schema::new(fields))
 });
 
@@ -309,18 +339,20 @@ impl Node {
 }
 
 /// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`])
-/// on its own, with the default clock tolerance.
+/// on its own, with the default clock tolerance and loop inference.
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
-    lineage_in_window(spans, &ClockBounds::new(), 1.0, Detail::Query).batch
+    lineage_in_window(spans, &ClockBounds::new(), 1.0, true, Detail::Query).batch
 }
 
 /// Compute the lineage of one chunk of a window whose earlier chunks gave `prior` clock
-/// bounds; clocks agreeing within `tolerance_ms` are not corrected. `lineage` has `detail`'s
+/// bounds; clocks agreeing within `tolerance_ms` are not corrected; `infer_loops` joins
+/// unnumbered sibling attempts into calls (see the module docs). `lineage` has `detail`'s
 /// columns.
 pub fn lineage_in_window(
     spans: &RecordBatch,
     prior: &ClockBounds,
     tolerance_ms: f64,
+    infer_loops: bool,
     detail: Detail,
 ) -> Lineage {
     let column = |name: &str| column(spans, name);
@@ -368,18 +400,119 @@ pub fn lineage_in_window(
             is_call[p] = true;
         }
     }
+    // First SERVER child of each span, by start time; how many it has, and whether they
+    // are all of one service.
+    let mut server_child: Vec<Option<usize>> = vec![None; rows];
+    let mut servers_under = vec![0u32; rows];
+    let mut one_service = vec![true; rows];
+    for row in 0..rows {
+        let Some(p) = parent_of(row) else { continue };
+        if kind(row) != Kind::Server {
+            continue;
+        }
+        servers_under[p] += 1;
+        if let Some(first) = server_child[p] {
+            one_service[p] &= service.value(first) == service.value(row);
+        }
+        if server_child[p].is_none_or(|best| start.value(row) < start.value(best)) {
+            server_child[p] = Some(row);
+        }
+    }
+    // Re-sends below the instrumentation: a CLIENT span answered by several SERVER spans
+    // of one service (a client library or a proxy sent the request again). It becomes the
+    // call span of its SERVER children, which are its attempts. (Children of different
+    // services are a mirror or a fan-out, not re-sends.)
+    let resends: Vec<bool> = (0..rows)
+        .map(|p| kind(p) == Kind::Client && !is_call[p] && servers_under[p] >= 2 && one_service[p])
+        .collect();
+    for (p, resent) in resends.iter().enumerate() {
+        is_call[p] |= resent;
+    }
+    let call_parent: Vec<Option<usize>> = (0..rows)
+        .map(|row| parent_of(row).filter(|p| is_call[*p]))
+        .collect();
+    // Attempts: CLIENT spans that are not call spans, numbered INTERNAL children of call
+    // spans, and SERVER spans whose caller sent no attempt span for them: re-sends below a
+    // CLIENT span, numbered ones (a proxy or gateway without tracing numbered them), and
+    // those whose parent is another service's non-CLIENT span (a caller that propagates
+    // the context but sends no CLIENT spans).
+    let sent_attempt = |row: usize| {
+        !is_call[row]
+            && match kind(row) {
+                Kind::Client => true,
+                Kind::Internal => attempt.is_valid(row) && call_parent[row].is_some(),
+                _ => false,
+            }
+    };
+    let is_attempt: Vec<bool> = (0..rows)
+        .map(|row| {
+            sent_attempt(row)
+                || (kind(row) == Kind::Server
+                    && match parent_of(row) {
+                        None => attempt.is_valid(row),
+                        Some(p) => {
+                            resends[p]
+                                || (!sent_attempt(p)
+                                    && (attempt.is_valid(row)
+                                        || (kind(p) != Kind::Client
+                                            && service.value(p) != service.value(row))))
+                        }
+                    })
+        })
+        .collect();
+    // The attempt that made a SERVER attempt is itself: it is its own callee's span.
+    for row in 0..rows {
+        if is_attempt[row] && kind(row) == Kind::Server {
+            server_child[row] = Some(row);
+        }
+    }
+    // Who made each attempt: its own service, or a SERVER attempt's parent's (none for a
+    // SERVER attempt without a parent).
+    let caller_of: Vec<Option<usize>> = (0..rows)
+        .map(|row| match (is_attempt[row], kind(row)) {
+            (false, _) => None,
+            (true, Kind::Server) => parent_of(row),
+            (true, _) => Some(row),
+        })
+        .collect();
+    // The span that stands for the caller's side of each attempt: the re-sending CLIENT
+    // span for its SERVER children, else the attempt itself.
+    let sender: Vec<usize> = (0..rows)
+        .map(|row| match parent_of(row) {
+            Some(p) if is_attempt[row] && resends[p] => p,
+            _ => row,
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let attempts: Vec<usize> = (0..rows).filter(|&r| is_attempt[r]).collect();
+    let shape = Shape {
+        kinds: &kinds,
+        parent_rows: &parent_rows,
+        is_attempt: &is_attempt,
+        call_parent: &call_parent,
+        server_child: &server_child,
+        sender: &sender,
+    };
+    let calls = logical_calls(spans, &groups, &shape, infer_loops);
+    timed("lineage: calls", started);
+
     // A call span is not an attempt: the attempts under it work for the call's own upstream
-    // attempt, so the call graph (storm potential) runs through it.
+    // attempt, so the call graph (storm potential) runs through it. An attempt's number is
+    // the one its call gives it (re-sends and inferred attempts carry none of their own).
     let derive = |row: usize, p: usize, above: &Node| Node {
         offset_ns: above.offset_ns + edge_offset(p, row),
         // Any number but 0 is a retry, including an unreadable one.
-        upstream_retry: above.upstream_retry || (attempt.is_valid(p) && attempt.value(p) != 0),
+        upstream_retry: above.upstream_retry
+            || (attempt.is_valid(p) && attempt.value(p) != 0)
+            || (calls[p].id.is_some() && calls[p].number != 0),
         anchor: if deadline.is_valid(p) {
             Some((deadline.value(p), start.value(p) + above.offset_ns))
         } else {
             above.anchor
         },
-        upstream_attempt: if (kind(p) == Kind::Client || attempt.is_valid(p)) && !is_call[p] {
+        upstream_attempt: if (kind(p) == Kind::Client || attempt.is_valid(p) || is_attempt[p])
+            && !is_call[p]
+        {
             Some(p)
         } else {
             above.upstream_attempt
@@ -389,7 +522,7 @@ pub fn lineage_in_window(
     };
 
     // Not `Option<Node>`: unwrapping every node for the columns was a pass and a copy of
-    // its own (~25 ms per million spans, `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`).
+    // its own.
     let mut nodes: Vec<Node> = vec![Node::UNSET; rows];
     let mut on_path = vec![false; rows];
     let mut path = Vec::new();
@@ -419,66 +552,17 @@ pub fn lineage_in_window(
             nodes[row] = node;
         }
     }
-    // First SERVER child of each span, by start time.
-    let mut server_child: Vec<Option<usize>> = vec![None; rows];
-    for row in 0..rows {
-        let Some(p) = parent_of(row) else { continue };
-        if kind(row) == Kind::Server
-            && server_child[p].is_none_or(|best| start.value(row) < start.value(best))
-        {
-            server_child[p] = Some(row);
-        }
-    }
-    let call_parent: Vec<Option<usize>> = (0..rows)
-        .map(|row| parent_of(row).filter(|p| is_call[*p]))
-        .collect();
-    // Attempts: CLIENT spans that are not call spans, numbered INTERNAL children of call
-    // spans, and numbered SERVER spans whose caller sent no attempt span (a proxy or
-    // gateway without tracing: its retries are visible only on the callee's side).
-    let sent_attempt = |row: usize| {
-        !is_call[row]
-            && match kind(row) {
-                Kind::Client => true,
-                Kind::Internal => attempt.is_valid(row) && call_parent[row].is_some(),
-                _ => false,
-            }
-    };
-    let is_attempt: Vec<bool> = (0..rows)
-        .map(|row| {
-            sent_attempt(row)
-                || (kind(row) == Kind::Server
-                    && attempt.is_valid(row)
-                    && parent_of(row).is_none_or(|p| !sent_attempt(p)))
-        })
-        .collect();
-    // The attempt that made a SERVER attempt is itself: it is its own callee's span.
-    for row in 0..rows {
-        if is_attempt[row] && kind(row) == Kind::Server {
-            server_child[row] = Some(row);
-        }
-    }
-    // Who made each attempt: its own service, or a SERVER attempt's parent's (none for a
-    // SERVER attempt without a parent).
-    let caller_of: Vec<Option<usize>> = (0..rows)
-        .map(|row| match (is_attempt[row], kind(row)) {
-            (false, _) => None,
-            (true, Kind::Server) => parent_of(row),
-            (true, _) => Some(row),
-        })
-        .collect();
-    let started = std::time::Instant::now();
-    let attempts: Vec<usize> = (0..rows).filter(|&r| is_attempt[r]).collect();
-    let calls = logical_calls(spans, &groups, &is_attempt, &call_parent, &server_child);
-    timed("lineage: calls", started);
     let corrected = in_root_clock(spans, &nodes);
-    let hint_server = hint_servers(spans, &attempts, &call_parent, &server_child);
+    let hint_server = hint_servers(spans, &attempts, &call_parent, &server_child, &sender);
     let links = Links {
         attempts: &attempts,
         is_call: &is_call,
+        resends: &resends,
         call_parent: &call_parent,
         server_child: &server_child,
         caller_of: &caller_of,
         hint_server: &hint_server,
+        sender: &sender,
     };
     let started = std::time::Instant::now();
     let (batch, attempts, edges) = build(
@@ -824,10 +908,44 @@ struct CallSlot {
     last: bool,
     previous: Option<usize>,
     /// The attempt number: the span's own, 0 when it has none, and for an unreadable one
-    /// the number after the attempt before it (1 when none is).
+    /// the number after the attempt before it (1 when none is). In a call with attempts
+    /// found without numbers (re-sends, hedges, inferred), the position in the call.
     number: i32,
     /// The SERVER span (under any attempt of the call) whose service sorts last.
     server: Option<usize>,
+    /// Read from a SERVER span that carries no number of its own: a re-send below its
+    /// caller's CLIENT span, or a call from a caller that sent no span for it.
+    hidden: bool,
+    /// A SERVER attempt that started before an earlier attempt of its call had ended.
+    hedged: bool,
+    /// Joined to the attempt before it by inference (an application's retry loop).
+    inferred: bool,
+    /// The row whose outcome and end the caller saw, where it is not the attempt's own: the
+    /// re-sending CLIENT span, for its last SERVER child, when the client gave up on it
+    /// (deadline, cancelled) and the server may have gone on.
+    seen_as: Option<usize>,
+}
+
+/// The structure [`logical_calls`] groups: per row, what [`lineage_in_window`] found.
+struct Shape<'a> {
+    kinds: &'a [Kind],
+    parent_rows: &'a [Option<usize>],
+    is_attempt: &'a [bool],
+    call_parent: &'a [Option<usize>],
+    server_child: &'a [Option<usize>],
+    /// The span that stands for the caller's side of each attempt: the re-sending CLIENT
+    /// span for its SERVER children, else the attempt itself. Calls are grouped and ordered
+    /// by it, so a CLIENT span's re-sends stay together and in its place among its siblings.
+    sender: &'a [usize],
+}
+
+/// Outcomes an application loop retries (METRICS.md's failure classes minus
+/// `client_error`).
+fn retryable(outcome: &str) -> bool {
+    matches!(
+        outcome,
+        "deadline" | "cancelled" | "unavailable" | "throttled" | "server_error"
+    )
 }
 
 /// An attempt's callee hint: its own, else its call span's (SQL's
@@ -851,13 +969,15 @@ fn hint_servers(
     attempts: &[usize],
     call_parent: &[Option<usize>],
     server_child: &[Option<usize>],
+    sender: &[usize],
 ) -> Vec<Option<usize>> {
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
     let hint = column(spans, col::CALLEE_HINT).as_string::<i32>();
     // (hint, service) -> (attempts, one SERVER span of that service)
     let mut counts: HashMap<(&str, &str), (u64, usize), KeyedHash> = HashMap::default();
     for &row in attempts {
-        if let (Some(h), Some(server)) = (callee_hint(hint, call_parent, row), server_child[row]) {
+        let hint_of = callee_hint(hint, call_parent, sender[row]);
+        if let (Some(h), Some(server)) = (hint_of, server_child[row]) {
             counts
                 .entry((h, service.value(server)))
                 .or_insert((0, server))
@@ -877,7 +997,7 @@ fn hint_servers(
         }
     }
     for &row in attempts {
-        if let Some(h) = callee_hint(hint, call_parent, row) {
+        if let Some(h) = callee_hint(hint, call_parent, sender[row]) {
             servers[row] = best.get(h).map(|&(_, _, server)| server);
         }
     }
@@ -891,9 +1011,8 @@ fn hint_servers(
 fn logical_calls(
     spans: &RecordBatch,
     groups: &TraceGroups,
-    is_attempt: &[bool],
-    call_parent: &[Option<usize>],
-    server_child: &[Option<usize>],
+    shape: &Shape,
+    infer_loops: bool,
 ) -> Vec<CallSlot> {
     let column = |name: &str| column(spans, name);
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
@@ -903,7 +1022,18 @@ fn logical_calls(
     let operation = column(col::OPERATION).as_string::<i32>();
     let hint = column(col::CALLEE_HINT).as_string::<i32>();
     let start = column(col::START_NS).as_primitive::<Int64Type>();
+    let end = column(col::END_NS).as_primitive::<Int64Type>();
+    let outcome = column(col::OUTCOME).as_string::<i32>();
+    let target = column(col::TARGET_HASH).as_primitive::<Int64Type>();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
+    let Shape {
+        kinds,
+        parent_rows,
+        is_attempt,
+        call_parent,
+        server_child,
+        sender,
+    } = *shape;
 
     let rows = spans.num_rows();
     let number = |row: usize| {
@@ -918,52 +1048,117 @@ fn logical_calls(
         col::UNREADABLE_ATTEMPT => i32::MAX,
         n => n,
     };
-    // (parent, hint, operation) identifies a run of attempts within a trace; start, then
-    // the attempt number where starts tie (coarse clocks), then span id order them.
+    // (parent, hint, operation) of the sender identifies a run of attempts within a trace;
+    // the sender's start, then its attempt number where starts tie (coarse clocks), then
+    // its span id order them, and a re-sending span's attempts by their own start.
     let run_of = |row: usize| {
+        let s = sender[row];
         (
-            nulls_last(parent.is_valid(row).then(|| span_int(parent, row))),
-            nulls_last(callee_hint(hint, call_parent, row)),
-            nulls_last(operation.is_valid(row).then(|| operation.value(row))),
+            nulls_last(parent.is_valid(s).then(|| span_int(parent, s))),
+            nulls_last(callee_hint(hint, call_parent, s)),
+            nulls_last(operation.is_valid(s).then(|| operation.value(s))),
         )
     };
     let order_of = |row: usize| {
+        let s = sender[row];
         (
             run_of(row),
+            start.value(s),
+            sort_number(s),
+            span_int(span, s),
             start.value(row),
-            sort_number(row),
             span_int(span, row),
             row,
         )
     };
+    let server_found = |row: usize| kinds[row] == Kind::Server;
+    let hidden = |row: usize| server_found(row) && !attempt.is_valid(row);
+    // Where both say what they requested, an inferred retry requested the same.
+    let same_target = |a: usize, b: usize| {
+        !(target.is_valid(a) && target.is_valid(b)) || target.value(a) == target.value(b)
+    };
+    // How an attempt continues the call of the attempt before it in its run (`None`: it
+    // starts a new call).
+    let continues = |row: usize, before: usize| -> Option<Found> {
+        let (s, sb) = (sender[row], sender[before]);
+        if s != row && s == sb {
+            // Another SERVER child of the same re-sending CLIENT span.
+            return Some(Found::Resent);
+        }
+        if s == row
+            && hidden(row)
+            && sb == before
+            && server_found(before)
+            && parent_rows[row] == parent_rows[before]
+        {
+            // An uninstrumented caller's re-send: an earlier sibling SERVER span came first.
+            return Some(Found::Resent);
+        }
+        if number(s) != 0 {
+            return Some(Found::Numbered);
+        }
+        let loop_retry = infer_loops
+            && s != sb
+            && !attempt.is_valid(s)
+            && kinds[s] == Kind::Client
+            && kinds[sb] == Kind::Client
+            && start.value(s) >= end.value(sb)
+            && retryable(outcome.value(sb))
+            && same_target(s, sb);
+        loop_retry.then_some(Found::Inferred)
+    };
 
     let mut slots = vec![CallSlot::default(); rows];
     let mut id = 0i64;
+    // The call being gathered: its attempts in order, and whether any was found without
+    // a number (then attempts are numbered by position).
     let mut members: Vec<usize> = Vec::new();
-    let flush = |members: &mut Vec<usize>, slots: &mut Vec<CallSlot>| {
-        // Members arrive in start order: an unreadable number follows the one before it.
-        let mut before: Option<i32> = None;
-        for &row in members.iter() {
-            let n = match number(row) {
-                col::UNREADABLE_ATTEMPT => before.map_or(1, |b| b + 1),
-                n => n,
-            };
-            slots[row].number = n;
-            before = Some(n);
+    let mut positional = false;
+    let flush = |members: &mut Vec<usize>, positional: &mut bool, slots: &mut Vec<CallSlot>| {
+        if *positional {
+            for (i, &row) in members.iter().enumerate() {
+                slots[row].number = i32::try_from(i).unwrap_or(i32::MAX);
+            }
+        } else {
+            // Members arrive in start order: an unreadable number follows the one before it.
+            let mut before: Option<i32> = None;
+            for &row in members.iter() {
+                let n = match number(row) {
+                    col::UNREADABLE_ATTEMPT => before.map_or(1, |b| b + 1),
+                    n => n,
+                };
+                slots[row].number = n;
+                before = Some(n);
+            }
+            members.sort_by_key(|&row| (slots[row].number, start.value(row), span_int(span, row)));
         }
-        members.sort_by_key(|&row| (slots[row].number, start.value(row), span_int(span, row)));
         let server = members
             .iter()
             .filter_map(|&row| server_child[row])
             .max_by(|&a, &b| service.value(a).cmp(service.value(b)));
         let n = members.len();
+        // The latest end among the SERVER attempts before each one: a SERVER attempt
+        // starting before it is a hedge.
+        let mut served_until: Option<i64> = None;
         for (i, &row) in members.iter().enumerate() {
-            slots[row].first = i == 0;
-            slots[row].last = i + 1 == n;
-            slots[row].previous = (i > 0).then(|| members[i - 1]);
-            slots[row].server = server;
+            let slot = &mut slots[row];
+            slot.first = i == 0;
+            slot.last = i + 1 == n;
+            slot.previous = (i > 0).then(|| members[i - 1]);
+            slot.server = server;
+            slot.hidden = hidden(row);
+            if server_found(row) {
+                slot.hedged = served_until.is_some_and(|until| start.value(row) < until);
+                served_until = Some(served_until.map_or(end.value(row), |u| u.max(end.value(row))));
+            }
+            let s = sender[row];
+            let last_of_sender = members.get(i + 1).is_none_or(|&next| sender[next] != s);
+            if s != row && last_of_sender && matches!(outcome.value(s), "deadline" | "cancelled") {
+                slot.seen_as = Some(s);
+            }
         }
         members.clear();
+        *positional = false;
     };
     let mut traces: Vec<(u128, &[usize])> = groups
         .traces()
@@ -982,19 +1177,37 @@ fn logical_calls(
                 .map(|&r| order_of(r)),
         );
         order.sort_unstable();
-        let mut previous = None;
+        let mut previous: Option<(_, usize)> = None;
         for &(run, .., row) in &order {
-            if number(row) == 0 || previous != Some(run) {
-                flush(&mut members, &mut slots);
+            let found = previous
+                .filter(|&(before_run, _)| before_run == run)
+                .and_then(|(_, before)| continues(row, before));
+            if found.is_none() {
+                flush(&mut members, &mut positional, &mut slots);
                 id += 1;
             }
+            if matches!(found, Some(Found::Inferred)) {
+                slots[row].inferred = true;
+            }
+            positional |= sender[row] != row || hidden(row) || slots[row].inferred;
             slots[row].id = Some(id);
             members.push(row);
-            previous = Some(run);
+            previous = Some((run, row));
         }
-        flush(&mut members, &mut slots);
+        flush(&mut members, &mut positional, &mut slots);
     }
     slots
+}
+
+/// Why an attempt belongs to the call of the attempt before it.
+#[derive(Clone, Copy)]
+enum Found {
+    /// Its own number says it is a retry.
+    Numbered,
+    /// A SERVER span re-sent below the caller's instrumentation.
+    Resent,
+    /// An application loop's retry, inferred from its siblings.
+    Inferred,
 }
 
 /// The attempts' edges: each attempt's (caller, callee, operation) as one integer, numbered
@@ -1033,14 +1246,16 @@ impl<'a> Edges<'a> {
         let mut of_attempt = Vec::with_capacity(links.attempts.len());
         for &row in links.attempts {
             let caller = service_of(links.caller_of[row]).unwrap_or("unknown");
+            // A re-sent attempt is named as its CLIENT span: the edge a single send has.
+            let sender = links.sender[row];
             let callee = service_of(calls[row].server)
                 .or_else(|| service_of(links.hint_server[row]))
-                .or_else(|| callee_hint(hint, links.call_parent, row))
+                .or_else(|| callee_hint(hint, links.call_parent, sender))
                 .unwrap_or("unknown");
             let key = (
                 caller,
                 callee,
-                operation.is_valid(row).then(|| operation.value(row)),
+                operation.is_valid(sender).then(|| operation.value(sender)),
             );
             let edge = *ids.entry(key).or_insert_with(|| {
                 names.push(key);
@@ -1096,8 +1311,15 @@ struct WholeCalls {
 }
 
 impl WholeCalls {
-    /// Over `spans` as `build` reads them (times in the root's clock).
-    fn new(spans: &RecordBatch, attempts: &[usize], calls: &[CallSlot]) -> WholeCalls {
+    /// Over `spans` as `build` reads them (times in the root's clock). A call starts when
+    /// its first attempt's sender did (a re-sending CLIENT span, before its first SERVER
+    /// child) and ends, and ends how, as its last attempt was seen by the caller.
+    fn new(
+        spans: &RecordBatch,
+        attempts: &[usize],
+        calls: &[CallSlot],
+        sender: &[usize],
+    ) -> WholeCalls {
         let time = |name| column(spans, name).as_primitive::<Int64Type>();
         let (start, end) = (time(col::START_NS), time(col::END_NS));
         let count = attempts
@@ -1111,19 +1333,21 @@ impl WholeCalls {
             let Some(slot) = whole.get_mut(Self::index(id)) else {
                 continue;
             };
+            let seen = calls[row].seen_as.unwrap_or(row);
+            let started = start.value(row).min(start.value(sender[row]));
             let slot = slot.get_or_insert(WholeCall {
                 attempts: 0,
                 max_attempt: calls[row].number,
-                start_ns: start.value(row),
-                end_ns: end.value(row),
-                last: row,
+                start_ns: started,
+                end_ns: end.value(seen),
+                last: seen,
             });
             slot.attempts += 1;
             slot.max_attempt = slot.max_attempt.max(calls[row].number);
-            slot.start_ns = slot.start_ns.min(start.value(row));
-            slot.end_ns = slot.end_ns.max(end.value(row));
+            slot.start_ns = slot.start_ns.min(started);
+            slot.end_ns = slot.end_ns.max(end.value(seen));
             if calls[row].last {
-                slot.last = row;
+                slot.last = seen;
             }
         }
         WholeCalls { calls: whole }
@@ -1169,10 +1393,14 @@ struct Links<'a> {
     /// The attempts' rows, in row order.
     attempts: &'a [usize],
     is_call: &'a [bool],
+    /// CLIENT spans whose SERVER children are re-sends (call spans of their attempts).
+    resends: &'a [bool],
     call_parent: &'a [Option<usize>],
     server_child: &'a [Option<usize>],
     caller_of: &'a [Option<usize>],
     hint_server: &'a [Option<usize>],
+    /// The span standing for the caller's side of each attempt (see [`Shape::sender`]).
+    sender: &'a [usize],
 }
 
 /// The lineage's per-span values, read into `lineage`'s columns for any set of rows: every
@@ -1265,21 +1493,28 @@ fn build(
 ) -> (RecordBatch, RecordBatch, RecordBatch) {
     let Links {
         attempts,
+        resends,
         call_parent,
         server_child,
+        sender,
         ..
     } = *links;
     let by_name = |name: &str| column(spans, name);
-    // An attempt whose number was unreadable takes the number its call gives it.
+    // An attempt whose number was unreadable, or that was found without one after the first
+    // of its call, takes the number its call gives it.
     let attempt = by_name(col::ATTEMPT).as_primitive::<Int32Type>();
+    let number_of = |row: usize| {
+        let own = attempt.is_valid(row).then(|| attempt.value(row));
+        match calls[row].id {
+            Some(_) if own.is_some() || calls[row].number != 0 => Some(calls[row].number),
+            _ => own,
+        }
+    };
     let mut renumbered = spans.clone();
-    if attempt.iter().any(|n| n == Some(col::UNREADABLE_ATTEMPT)) {
-        let numbers: Int32Array = (0..attempt.len())
-            .map(|row| match calls[row].id {
-                Some(_) => Some(calls[row].number),
-                None => attempt.is_valid(row).then(|| attempt.value(row)),
-            })
-            .collect();
+    if (0..attempt.len())
+        .any(|row| number_of(row) != attempt.is_valid(row).then(|| attempt.value(row)))
+    {
+        let numbers: Int32Array = (0..attempt.len()).map(number_of).collect();
         let mut columns = spans.columns().to_vec();
         if let Ok(index) = spans.schema().index_of(col::ATTEMPT) {
             columns[index] = Arc::new(numbers);
@@ -1303,17 +1538,26 @@ fn build(
     let started = std::time::Instant::now();
     let nodes = &values.nodes;
 
-    // The attempts: their lineage values, and each linked span's columns gathered.
+    // The attempts: their lineage values, and each linked span's columns gathered. A
+    // re-sent attempt's operation and budget are its CLIENT span's (the call the caller
+    // made), and its outcome and end the ones the caller saw (see `CallSlot::seen_as`).
     let linked = |link: &dyn Fn(usize) -> Option<usize>| indices(attempts.iter().map(|&r| link(r)));
+    let seen = |row: usize| calls[row].seen_as.unwrap_or(row);
     let taken = indices(attempts.iter().map(|&r| Some(r)));
+    let as_sent = linked(&|r| Some(sender[r]));
+    let as_seen = linked(&|r| Some(seen(r)));
     let mut columns: Vec<ArrayRef> = ATTEMPT_COLUMNS
         .iter()
-        .map(|name| values.column(name, attempts, Some(&taken)))
+        .map(|&name| match name {
+            col::OPERATION | col::DEADLINE_MS => gather(by_name(name), &as_sent),
+            col::OUTCOME | col::END_NS => gather(by_name(name), &as_seen),
+            _ => values.column(name, attempts, Some(&taken)),
+        })
         .collect();
-    let previous = linked(&|r| calls[r].previous);
+    let previous = linked(&|r| calls[r].previous.map(seen));
     columns.push(gather(by_name(col::OUTCOME), &previous));
     columns.push(gather(by_name(col::END_NS), &previous));
-    let whole = WholeCalls::new(spans, attempts, calls);
+    let whole = WholeCalls::new(spans, attempts, calls, sender);
     let of_call = |r: usize| calls[r].id.and_then(|id| whole.get(id));
     let call_of = |f: fn(&WholeCall) -> i64| {
         Int64Array::from_iter_values(attempts.iter().map(|&r| of_call(r).map_or(0, f)))
@@ -1359,13 +1603,49 @@ fn build(
         attempts.iter().map(|&r| call_anchor(r).map(|a| a.1)),
     )));
     let call = linked(&|r| call_parent[r]);
-    columns.extend(CALL_COLUMNS.iter().map(|name| gather(by_name(name), &call)));
+    // A re-sending CLIENT span's own number is the attempt its re-sends are inside, not a
+    // loop around them: their call numbers them all.
+    let outer = linked(&|r| call_parent[r].filter(|&p| !resends[p]));
+    columns.extend(CALL_COLUMNS.iter().map(|&name| match name {
+        col::ATTEMPT => gather(by_name(name), &outer),
+        _ => gather(by_name(name), &call),
+    }));
     let server = linked(&|r| server_child[r]);
     columns.extend(
         SERVER_COLUMNS
             .iter()
             .map(|(name, _)| gather(by_name(name), &server)),
     );
+    let flags = |f: &dyn Fn(&CallSlot) -> bool| -> ArrayRef {
+        Arc::new(BooleanArray::from(
+            attempts
+                .iter()
+                .map(|&r| f(&calls[r]))
+                .collect::<Vec<bool>>(),
+        ))
+    };
+    columns.push(Arc::new(BooleanArray::from(
+        attempts
+            .iter()
+            .map(|&r| attempt.is_valid(r))
+            .collect::<Vec<bool>>(),
+    )));
+    columns.push(flags(&|c| c.hidden));
+    columns.push(flags(&|c| c.hedged));
+    columns.push(flags(&|c| c.inferred));
+    // Where a retry landed: the instance of its SERVER span against the previous attempt's.
+    let instance = by_name(col::INSTANCE).as_string::<i32>();
+    let instance_of = |row: usize| {
+        server_child[row]
+            .filter(|&s| instance.is_valid(s))
+            .map(|s| instance.value(s))
+    };
+    columns.push(Arc::new(BooleanArray::from_iter(attempts.iter().map(
+        |&r| {
+            let before = calls[r].previous?;
+            Some(instance_of(r)? != instance_of(before)?)
+        },
+    ))));
     let attempts = match RecordBatch::try_new(ATTEMPT_LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("attempt columns follow ATTEMPT_LINEAGE_SCHEMA: {e}"),
@@ -1493,7 +1773,7 @@ mod tests {
         );
         let Lineage {
             attempts, edges, ..
-        } = lineage_in_window(&batch, &ClockBounds::new(), 1.0, Detail::Query);
+        } = lineage_in_window(&batch, &ClockBounds::new(), 1.0, true, Detail::Query);
         let ids = attempts
             .column_by_name(col::SPAN_ID)
             .unwrap()

@@ -77,6 +77,21 @@ pub struct EdgeFigures {
     /// attempt has a budgeted ancestor (`remaining_budgets.sql`).
     #[serde(default)]
     pub remaining_budget_ms: Option<f64>,
+    /// Attempts read from SERVER spans that carry no number (re-sends below the CLIENT
+    /// span, calls from uninstrumented callers).
+    #[serde(default)]
+    pub hidden_attempts: u64,
+    /// Attempts started before an earlier attempt of their call had ended: in `attempts`,
+    /// not in the retry figures.
+    #[serde(default)]
+    pub hedged_attempts: u64,
+    /// Attempts joined to their call as an application loop's retries.
+    #[serde(default)]
+    pub inferred_attempts: u64,
+    /// The share of retries that reached another instance than the attempt before (where
+    /// both are known); null without such retries.
+    #[serde(default)]
+    pub retries_to_other_instance: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -151,17 +166,25 @@ pub struct CoverageShares {
     pub deadline: Option<f64>,
     pub idempotency: Option<f64>,
     pub server_spans: Option<f64>,
+    /// How attempts were found, besides their own numbers (`attempt_number`): read from
+    /// SERVER spans without a number, and inferred from sibling CLIENT spans.
+    #[serde(default)]
+    pub from_server_spans: Option<f64>,
+    #[serde(default)]
+    pub inferred: Option<f64>,
 }
 
 impl CoverageShares {
     /// The shares by name, as the gauges and tables label them.
-    pub fn named(&self) -> [(&'static str, Option<f64>); 5] {
+    pub fn named(&self) -> [(&'static str, Option<f64>); 7] {
         [
             ("attempt_number", self.attempt_number),
             ("cause", self.cause),
             ("deadline", self.deadline),
             ("idempotency", self.idempotency),
             ("server_spans", self.server_spans),
+            ("from_server_spans", self.from_server_spans),
+            ("inferred", self.inferred),
         ]
     }
 }

@@ -524,6 +524,101 @@ async fn healthy_chain_is_quiet() {
     assert_eq!(r.traces.entry_requests, 20);
 }
 
+/// Retries nobody numbered (fixtures::hidden): re-sends below the CLIENT span, a hedge, a
+/// proxy's replayed POST, a caller without CLIENT spans, an application loop and a loop
+/// over items give the figures worked out in the fixture's comment.
+#[tokio::test]
+async fn unnumbered_retries_count() {
+    let mut s = Spans::default();
+    fixtures::hidden(&mut s, 1);
+    let r = report(&s).await;
+
+    let api = edge(&r, "web", "api");
+    assert_eq!(
+        (api.logical_calls, api.attempts, api.retry_attempts),
+        (1, 3, 2)
+    );
+    assert_eq!(
+        (
+            api.hidden_attempts,
+            api.hedged_attempts,
+            api.inferred_attempts
+        ),
+        (3, 0, 0)
+    );
+    assert_eq!(api.retries_by_cause.get("unavailable"), Some(&2));
+    assert_eq!(api.effective_success_rate, Some(0.0));
+    assert_eq!(api.raw_success_rate, Some(1.0));
+    assert_eq!(api.retry_success_rate, Some(0.5));
+    assert_eq!(api.edge_amplification, Some(3.0));
+    assert_eq!(api.retries_to_other_instance, Some(1.0));
+    assert_eq!(layer(&r, "api").amplification, Some(3.0));
+
+    let search = edge(&r, "web", "search");
+    assert_eq!(
+        (search.logical_calls, search.attempts, search.retry_attempts),
+        (1, 2, 0)
+    );
+    assert_eq!((search.hidden_attempts, search.hedged_attempts), (2, 1));
+    assert!(
+        search.retries_by_cause.is_empty(),
+        "{:?}",
+        search.retries_by_cause
+    );
+    assert_eq!(search.retry_success_rate, None);
+    assert_eq!(layer(&r, "search").amplification, Some(2.0));
+
+    let pay = edge(&r, "web", "pay");
+    assert_eq!(
+        (pay.logical_calls, pay.attempts, pay.retry_attempts),
+        (2, 4, 2)
+    );
+    assert_eq!(pay.hidden_attempts, 4);
+    assert_eq!(pay.unsafe_retries, 1);
+    assert_eq!(findings(&r, "unsafe_retry"), 1);
+
+    let inv = edge(&r, "gw", "stock");
+    assert_eq!(
+        (inv.logical_calls, inv.attempts, inv.retry_attempts),
+        (1, 3, 2)
+    );
+    assert_eq!(inv.hidden_attempts, 1);
+    assert_eq!(inv.effective_success_rate, Some(0.0));
+    assert_eq!(inv.raw_success_rate, Some(1.0));
+
+    let cat = edge(&r, "web", "cat");
+    assert_eq!(
+        (cat.logical_calls, cat.attempts, cat.retry_attempts),
+        (3, 4, 1)
+    );
+    assert_eq!((cat.inferred_attempts, cat.hidden_attempts), (1, 0));
+    assert!(near(cat.effective_success_rate, 1.0 / 3.0));
+    assert!(near(cat.raw_success_rate, 2.0 / 3.0));
+}
+
+/// With `infer_loops` off, an application loop's sibling CLIENT spans stay separate calls.
+#[tokio::test]
+async fn loop_inference_can_be_turned_off() {
+    let mut s = Spans::default();
+    fixtures::hidden(&mut s, 1);
+    let params = stormglass_analytics::Params {
+        infer_loops: false,
+        ..Default::default()
+    };
+    let engine = Engine::new(params);
+    let partials = Arc::new(engine.analyse(batch(&s)).await.unwrap());
+    let r = Report::build(&engine, &[partials], WindowBounds::default())
+        .await
+        .unwrap();
+    let cat = edge(&r, "web", "cat");
+    assert_eq!(
+        (cat.logical_calls, cat.attempts, cat.inferred_attempts),
+        (4, 4, 0)
+    );
+    // The re-sends below a CLIENT span are not inferred: they stay.
+    assert_eq!(edge(&r, "web", "api").attempts, 3);
+}
+
 /// Every fixture, each in its own time range.
 fn every_fixture() -> Spans {
     let mut s = Spans::default();
@@ -534,6 +629,7 @@ fn every_fixture() -> Spans {
     fixtures::both_shapes(&mut s, 40);
     fixtures::healthy(&mut s, 50);
     fixtures::slow_tail(&mut s, 1000);
+    fixtures::hidden(&mut s, 60);
     s
 }
 

@@ -125,3 +125,9 @@ async fn golden_both_shapes() {
 async fn golden_healthy() {
     check("healthy", fixtures::healthy).await;
 }
+
+/// Golden tables of the retries nobody numbered.
+#[tokio::test]
+async fn golden_hidden() {
+    check("hidden", fixtures::hidden).await;
+}

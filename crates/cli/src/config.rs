@@ -43,6 +43,7 @@ pub struct Config {
     pub orphans: OrphansConfig,
     pub deadlines: DeadlinesConfig,
     pub clocks: ClocksConfig,
+    pub retries: RetriesConfig,
     pub sampling: SamplingConfig,
     pub shutdown: ShutdownConfig,
     pub archive: ArchiveConfig,
@@ -83,6 +84,7 @@ impl Config {
             timeout_factor: self.advice.timeout_factor,
             clock_tolerance_ms: self.clocks.tolerance_ms,
             clock_skew_threshold_ms: self.clocks.skew_threshold_ms,
+            infer_loops: self.retries.infer_loops,
         }
     }
 }
@@ -159,6 +161,22 @@ impl Default for ClocksConfig {
             tolerance_ms: 1.0,
             skew_threshold_ms: 10.0,
         }
+    }
+}
+
+/// `retries.*`: how attempts that carry no number are found.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetriesConfig {
+    /// Unnumbered sibling CLIENT spans to one callee and operation, each started after the
+    /// one before failed retryably (and to the same URL where both carry one), are attempts
+    /// of one call: an application's retry loop.
+    pub infer_loops: bool,
+}
+
+impl Default for RetriesConfig {
+    fn default() -> Self {
+        RetriesConfig { infer_loops: true }
     }
 }
 
@@ -259,7 +277,7 @@ impl LimitsConfig {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 15] = [
+pub const SECTIONS: [&str; 16] = [
     "listen",
     "limits",
     "assembly",
@@ -268,6 +286,7 @@ pub const SECTIONS: [&str; 15] = [
     "orphans",
     "deadlines",
     "clocks",
+    "retries",
     "sampling",
     "shutdown",
     "archive",
@@ -349,6 +368,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         orphans: section(&mut sections, "orphans", errors),
         deadlines: section(&mut sections, "deadlines", errors),
         clocks: section(&mut sections, "clocks", errors),
+        retries: section(&mut sections, "retries", errors),
         sampling: section(&mut sections, "sampling", errors),
         shutdown: section(&mut sections, "shutdown", errors),
         archive: section(&mut sections, "archive", errors),

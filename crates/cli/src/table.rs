@@ -71,6 +71,10 @@ pub fn report(r: &Report) -> String {
                 number(e.recommended_timeout_ms, 0),
                 e.unsafe_retries.to_string(),
                 format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
+                format!(
+                    "{} / {} / {}",
+                    e.hidden_attempts, e.inferred_attempts, e.hedged_attempts
+                ),
             ]
         })
         .collect();
@@ -90,6 +94,7 @@ pub fn report(r: &Report) -> String {
             "recommended",
             "unsafe",
             "orphans / work",
+            "hidden / inferred / hedged",
         ],
         &rows,
     );
@@ -169,6 +174,8 @@ pub fn report(r: &Report) -> String {
             "deadline",
             "idempotency",
             "server spans",
+            "from server spans",
+            "inferred",
         ],
         &rows,
     );

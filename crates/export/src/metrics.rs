@@ -69,8 +69,13 @@ const MULTI_LAYER: usize = 11;
 const BROKEN_TRACES: usize = 12;
 const BUDGETED_ATTEMPTS: usize = 13;
 const DEADLINE_SECONDS: usize = 14;
+const HIDDEN_ATTEMPTS: usize = 15;
+const INFERRED_ATTEMPTS: usize = 16;
+const HEDGED_ATTEMPTS: usize = 17;
+const INSTANCE_RETRIES: usize = 18;
+const OTHER_INSTANCE_RETRIES: usize = 19;
 
-const COUNTERS: [Spec; 15] = [
+const COUNTERS: [Spec; 20] = [
     spec(
         "stormglass_logical_calls_total",
         "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
@@ -157,6 +162,31 @@ const COUNTERS: [Spec; 15] = [
     spec(
         "stormglass_attempt_deadline_seconds_total",
         "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_hidden_attempts_total",
+        "Attempts read from SERVER spans that carry no attempt number: re-sends below the caller's CLIENT span (client library, proxy), calls from uninstrumented callers.",
+        EDGE,
+    ),
+    spec(
+        "stormglass_inferred_attempts_total",
+        "Attempts joined to their call as an application loop's retries (unnumbered sibling CLIENT spans after a retryable failure).",
+        EDGE,
+    ),
+    spec(
+        "stormglass_hedged_attempts_total",
+        "Hedged attempts: started before an earlier attempt of the call had ended (counted as attempts, not as retries).",
+        EDGE,
+    ),
+    spec(
+        "stormglass_instance_retries_total",
+        "Retries whose SERVER span's instance and the previous attempt's are both known (service.instance.id, else host.name).",
+        EDGE,
+    ),
+    spec(
+        "stormglass_other_instance_retries_total",
+        "Retries that reached another instance than the attempt before: divided by stormglass_instance_retries_total, the share of retries that moved.",
         EDGE,
     ),
 ];
@@ -251,7 +281,7 @@ const GAUGES: [Spec; 15] = [
     ),
     spec(
         "stormglass_instrumentation_coverage_ratio",
-        "Window: share of the edge's attempts whose spans carry what a figure needs, by field (attempt_number, cause, deadline, idempotency, server_spans).",
+        "Window: share of the edge's attempts whose spans carry what a figure needs, by field (attempt_number, cause, deadline, idempotency, server_spans; and how attempts were found: from_server_spans, inferred).",
         &["caller", "callee", "operation", "field"],
     ),
 ];
@@ -419,6 +449,15 @@ impl FigureMetrics {
             add(IMMEDIATE_RETRIES, edge.clone(), r.immediate_retries);
             add(BUDGETED_ATTEMPTS, edge.clone(), r.budgeted_attempts);
             add(DEADLINE_SECONDS, edge.clone(), r.deadline_ms_total / 1e3);
+            add(HIDDEN_ATTEMPTS, edge.clone(), r.hidden_attempts);
+            add(INFERRED_ATTEMPTS, edge.clone(), r.inferred_attempts);
+            add(HEDGED_ATTEMPTS, edge.clone(), r.hedged_attempts);
+            add(INSTANCE_RETRIES, edge.clone(), r.instance_retries);
+            add(
+                OTHER_INSTANCE_RETRIES,
+                edge.clone(),
+                r.other_instance_retries,
+            );
             add(ORPHAN_WORK, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
@@ -802,7 +841,7 @@ row!(CallRow { caller, callee, operation, first_outcome, final_outcome; calls })
 row!(AttemptRow { caller, callee, operation, attempt, outcome, cause; attempts });
 row!(EntryRow { service, operation; requests });
 row!(LayerRow { service; received, baseline });
-row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries, budgeted_attempts, deadline_ms_total });
+row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries, budgeted_attempts, deadline_ms_total, hidden_attempts, inferred_attempts, hedged_attempts, instance_retries, other_instance_retries });
 row!(OrphanRow { caller, callee, operation, server_outcome; pairs, work_ms });
 row!(FindingRow { kind, caller, callee; count });
 row!(TraceRow { service; multi_layer_retry_traces, broken_traces });

@@ -40,11 +40,16 @@ pub enum Concept {
     HttpStatus,
     ErrorType,
     ErrCode,
+    /// The full URL a client requested: with [`Concept::UrlPath`] and [`Concept::UrlQuery`],
+    /// what tells an application loop's retry of one request from a loop over several.
+    Url,
+    UrlPath,
+    UrlQuery,
 }
 
 impl Concept {
     /// Number of concepts, for per-concept arrays.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 22;
 
     /// Every concept, in discriminant order (so `Concept::ALL[c as usize] == c`).
     pub const ALL: [Concept; Concept::COUNT] = [
@@ -67,6 +72,9 @@ impl Concept {
         Concept::HttpStatus,
         Concept::ErrorType,
         Concept::ErrCode,
+        Concept::Url,
+        Concept::UrlPath,
+        Concept::UrlQuery,
     ];
 
     /// Name used in self-metrics (`field` label) and logs.
@@ -91,6 +99,9 @@ impl Concept {
             Concept::HttpStatus => "http_status",
             Concept::ErrorType => "error_type",
             Concept::ErrCode => "err_code",
+            Concept::Url => "url",
+            Concept::UrlPath => "url_path",
+            Concept::UrlQuery => "url_query",
         }
     }
 
@@ -188,6 +199,9 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
     ),
     (Concept::ErrorType, &["error.type"]),
     (Concept::ErrCode, &["err_code"]),
+    (Concept::Url, &["url.full", "http.url"]),
+    (Concept::UrlPath, &["url.path"]),
+    (Concept::UrlQuery, &["url.query"]),
 ];
 
 /// One attribute name's roles: (concept, precedence) pairs; lower precedence wins.
@@ -478,7 +492,8 @@ mod tests {
         let rpc_service = c.roles("rpc.service");
         assert!(rpc_service.contains(&(Concept::CalleeHint, 2)));
         assert!(rpc_service.contains(&(Concept::RpcService, 0)));
-        assert!(c.roles("http.url").is_empty());
+        assert_eq!(c.roles("http.url"), &[(Concept::Url, 1)]);
+        assert!(c.roles("http.user_agent").is_empty());
     }
 
     /// Arrays and maps render as JSON, bytes as hex.

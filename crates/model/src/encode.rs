@@ -127,6 +127,8 @@ pub struct SpanBatchBuilder<'c> {
     outcome: StringBuilder,
     attributes: MapBuilder<StringBuilder, StringBuilder>,
     weight: Float64Builder,
+    target_hash: Int64Builder,
+    instance: StringBuilder,
     report: EncodeReport,
     /// Scratch: indices of attributes carried by a normalised column (reused across spans).
     consumed: Vec<usize>,
@@ -147,19 +149,25 @@ impl<'c> SpanBatchBuilder<'c> {
         let count = spans_of(request).count();
         let mut builder = Self::with_capacity(conventions, count);
         let names: usize = spans_of(request).map(|s| s.name.len()).sum();
-        let services: usize = request
-            .resource_spans
-            .iter()
-            .map(|r| {
-                let service = r
-                    .resource
-                    .as_ref()
-                    .and_then(|r| find_str(&r.attributes, "service.name"))
-                    .map_or(UNKNOWN_SERVICE.len(), str::len);
-                service * r.scope_spans.iter().map(|s| s.spans.len()).sum::<usize>()
-            })
-            .sum();
-        builder.service_name = StringBuilder::with_capacity(count, services);
+        // Bytes of a resource attribute (the first of `keys` present) on each of its spans.
+        let per_span = |keys: &[&str], missing: usize| -> usize {
+            request
+                .resource_spans
+                .iter()
+                .map(|r| {
+                    let value = r
+                        .resource
+                        .as_ref()
+                        .and_then(|r| keys.iter().find_map(|k| find_str(&r.attributes, k)))
+                        .map_or(missing, str::len);
+                    value * r.scope_spans.iter().map(|s| s.spans.len()).sum::<usize>()
+                })
+                .sum()
+        };
+        builder.service_name =
+            StringBuilder::with_capacity(count, per_span(&["service.name"], UNKNOWN_SERVICE.len()));
+        builder.instance =
+            StringBuilder::with_capacity(count, per_span(&["service.instance.id", "host.name"], 0));
         builder.span_name = StringBuilder::with_capacity(count, names);
         builder.operation = StringBuilder::with_capacity(count, names);
         builder
@@ -196,6 +204,8 @@ impl<'c> SpanBatchBuilder<'c> {
             pending: BooleanBuilder::with_capacity(rows),
             outcome: StringBuilder::with_capacity(rows, short),
             weight: Float64Builder::with_capacity(rows),
+            target_hash: Int64Builder::with_capacity(rows),
+            instance: StringBuilder::with_capacity(rows, 0),
             attributes: MapBuilder::new(
                 Some(MapFieldNames {
                     entry: "entries".into(),
@@ -225,15 +235,18 @@ impl<'c> SpanBatchBuilder<'c> {
     /// Append every span of a request; invalid spans are counted, not appended.
     pub fn append_request(&mut self, request: &ExportRequest) {
         for resource_spans in &request.resource_spans {
-            let service = resource_spans
-                .resource
-                .as_ref()
-                .and_then(|r| find_str(&r.attributes, "service.name"))
-                .filter(|s| !s.is_empty())
-                .unwrap_or(UNKNOWN_SERVICE);
+            let resource = |key| {
+                resource_spans
+                    .resource
+                    .as_ref()
+                    .and_then(|r| find_str(&r.attributes, key))
+                    .filter(|s| !s.is_empty())
+            };
+            let service = resource("service.name").unwrap_or(UNKNOWN_SERVICE);
+            let instance = resource("service.instance.id").or_else(|| resource("host.name"));
             for scope_spans in &resource_spans.scope_spans {
                 for span in &scope_spans.spans {
-                    if let Err(rejection) = self.append_span(service, span) {
+                    if let Err(rejection) = self.append_span(service, instance, span) {
                         self.report.rejected += 1;
                         if self.report.first_rejection.is_none() {
                             self.report.first_rejection = Some(rejection.to_string());
@@ -244,8 +257,13 @@ impl<'c> SpanBatchBuilder<'c> {
         }
     }
 
-    /// Validate and append one span of `service`.
-    pub fn append_span(&mut self, service: &str, span: &Span) -> Result<(), SpanRejection> {
+    /// Validate and append one span of `service` (running as `instance`, when known).
+    pub fn append_span(
+        &mut self,
+        service: &str,
+        instance: Option<&str>,
+        span: &Span,
+    ) -> Result<(), SpanRejection> {
         let (start_ns, end_ns) = validate(span)?;
 
         self.trace_id
@@ -279,6 +297,7 @@ impl<'c> SpanBatchBuilder<'c> {
             .or_else(|| self.conventions.sampling_weight(service))
             .unwrap_or(1.0);
         self.weight.append_value(weight);
+        self.instance.append_option(instance);
         self.report.accepted += 1;
         Ok(())
     }
@@ -346,6 +365,13 @@ impl<'c> SpanBatchBuilder<'c> {
                 verb.eq_ignore_ascii_case("INSERT") || verb.eq_ignore_ascii_case("UPDATE")
             });
         let callee = r.str(Concept::CalleeHint).filter(|s| !s.is_empty());
+        let target = match r.str(Concept::Url).filter(|s| !s.is_empty()) {
+            Some(url) => Some(crate::hash::fixed_hash(&[url.as_bytes()])),
+            None => r.str(Concept::UrlPath).map(|path| {
+                let query = r.str(Concept::UrlQuery).unwrap_or("");
+                crate::hash::fixed_hash(&[path.as_bytes(), query.as_bytes()])
+            }),
+        };
         // Written straight into the column: no per-span String.
         match (r.str(Concept::RpcMethod), r.str(Concept::RpcService)) {
             (Some(method), Some(service)) => {
@@ -391,6 +417,7 @@ impl<'c> SpanBatchBuilder<'c> {
         self.idempotent.append_option(idempotent);
         self.is_write.append_value(is_write);
         self.callee_hint.append_option(callee);
+        self.target_hash.append_option(target);
         self.ctx_cancelled.append_value(ctx_cancelled);
         self.pending.append_value(pending);
         self.outcome.append_value(signals.classify().as_str());
@@ -450,6 +477,8 @@ impl<'c> SpanBatchBuilder<'c> {
             Arc::new(self.outcome.finish()),
             Arc::new(self.attributes.finish()),
             Arc::new(self.weight.finish()),
+            Arc::new(self.target_hash.finish()),
+            Arc::new(self.instance.finish()),
         ];
         let batch = match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
             Ok(batch) => batch,

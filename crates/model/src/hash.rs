@@ -109,6 +109,20 @@ impl Hasher for KeyedHasher {
     }
 }
 
+/// A hash of `parts` that every process computes alike (a fixed seed), for values kept in
+/// the span table and compared for equality only (see `schema::TARGET_HASH`). Each part is
+/// followed by its length, so `("a", "b")` and `("ab", "")` differ.
+pub fn fixed_hash(parts: &[&[u8]]) -> i64 {
+    let mut hasher = KeyedHasher {
+        state: 0x7374_6f72_6d67_6c73,
+    };
+    for part in parts {
+        hasher.write(part);
+        hasher.write_usize(part.len());
+    }
+    hasher.finish() as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,6 +72,14 @@ pub const ATTRIBUTES: &str = "attributes";
 /// the W3C tracestate's OpenTelemetry threshold (`ot=th:...`), else the configured sampling
 /// ratio of the span's service, else 1. Every count the analysis makes is a sum of it.
 pub const WEIGHT: &str = "weight";
+/// What a client span requested, as a hash of `url.full` (else `http.url`, else `url.path`
+/// and `url.query`): equal on two attempts of one request, different on a loop over
+/// several. Null without a URL. The hash is fixed (not per process), so archived spans
+/// compare as live ones do.
+pub const TARGET_HASH: &str = "target_hash";
+/// The instance of the service that sent the span: resource `service.instance.id`, else
+/// `host.name` (null without either): where each attempt landed.
+pub const INSTANCE: &str = "instance";
 
 /// Length of a trace id in bytes.
 pub const TRACE_ID_LEN: i32 = 16;
@@ -121,6 +129,8 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             false,
         ),
         Field::new(WEIGHT, DataType::Float64, false),
+        Field::new(TARGET_HASH, DataType::Int64, true),
+        Field::new(INSTANCE, DataType::Utf8, true),
     ]))
 });
 
@@ -189,7 +199,7 @@ pub fn lean(batch: &RecordBatch) -> RecordBatch {
 /// three take their values from the encoder's fixed vocabularies (at most a few dozen);
 /// the others are as open as the input, and 32-bit keys cannot overflow within one
 /// batch or when batches are gathered at release.
-const HELD_DICTIONARIES: [(&str, DataType); 7] = [
+const HELD_DICTIONARIES: [(&str, DataType); 8] = [
     (KIND, DataType::UInt8),
     (STATUS_CODE, DataType::UInt8),
     (OUTCOME, DataType::UInt8),
@@ -197,6 +207,7 @@ const HELD_DICTIONARIES: [(&str, DataType); 7] = [
     (OPERATION, DataType::Int32),
     (CALLEE_HINT, DataType::Int32),
     (RETRY_CAUSE, DataType::Int32),
+    (INSTANCE, DataType::Int32),
 ];
 
 /// The form assembly holds open spans in: [`SPANS_SCHEMA`] without the [`NOT_ANALYSED`]
