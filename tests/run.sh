@@ -2,9 +2,8 @@
 # Runs the whole stormglass test suite on a fresh machine: installs what the tests need when
 # it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager; Node.js for
 # the JS exporter, dashboard schema and page tests; Debian's chromium for the page test;
-# DuckDB and the OpenTelemetry SDK from PyPI),
-# checks
-# formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
+# DuckDB, the OpenTelemetry SDK, its instrumentations and client libraries from PyPI),
+# checks formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
 # build), runs every test with cargo-nextest, then each fuzz target for FUZZ_SECONDS (60).
 # Usage: bash tests/run.sh [extra nextest args]
 set -euo pipefail
@@ -56,14 +55,18 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 
 # From PyPI, as users would run them: DuckDB (the archive test reads stormglass's Parquet
-# files with it) and the OpenTelemetry Python SDK with its OTLP/HTTP exporter (the TLS test
-# sends spans with it). A virtualenv beside the build cache (outside the clone), made once.
+# files with it), the OpenTelemetry Python SDK with its OTLP/HTTP exporter (the TLS test
+# sends spans with it), and the contrib instrumentations with the client libraries whose
+# retries carry no attempt number (requests/urllib3, grpcio, tenacity: tests/retries.rs).
+# A virtualenv beside the build cache (outside the clone), made once.
 venv="${CARGO_TARGET_DIR:-$PWD/target}/test-venv"
-if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http' 2>/dev/null; then
-  echo "tests/run.sh: installing duckdb and the OpenTelemetry Python SDK from PyPI into $venv" >&2
+if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity' 2>/dev/null; then
+  echo "tests/run.sh: installing duckdb, the OpenTelemetry Python SDK and instrumentations from PyPI into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    duckdb opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
+    duckdb opentelemetry-sdk opentelemetry-exporter-otlp-proto-http \
+    opentelemetry-instrumentation-requests opentelemetry-instrumentation-wsgi \
+    opentelemetry-instrumentation-grpc grpcio requests tenacity
 fi
 export TEST_PYTHON="$venv/bin/python"
 
