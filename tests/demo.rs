@@ -118,13 +118,9 @@ fn healthy_fires_nothing() {
     );
 }
 
-/// storm: the database stalls and each of three layers tries 3 times: exactly 27 attempts
-/// reach the database per request (9 inventory, 3 order), storm potential 27, and
-/// StormglassRetryAmplificationHigh holds.
-#[test]
-fn storm_amplifies_27x() {
-    let (counts, report) = run(Scenario::Storm, 4.0, 3);
-    assert_eq!(counts.failed, counts.requests);
+/// The storm's shape: 27 attempts at db per request, 9 at inventory, 3 at order, storm
+/// potential 27 at the gateway, and StormglassRetryAmplificationHigh holding at db.
+fn assert_storm(report: &Report) {
     for (service, expected) in [
         ("db", 27.0),
         ("inventory", 9.0),
@@ -134,10 +130,6 @@ fn storm_amplifies_27x() {
         let layer = report.layers.iter().find(|l| l.service == service).unwrap();
         assert_eq!(layer.amplification, Some(expected), "{:#?}", report.layers);
     }
-    assert_eq!(
-        edge(&report, "inventory", "db").attempts,
-        27 * counts.requests
-    );
     let entry = report
         .entries
         .iter()
@@ -145,16 +137,47 @@ fn storm_amplifies_27x() {
         .unwrap();
     assert_eq!(entry.storm_potential, 27.0);
     assert!(holds(
-        &report,
+        report,
         "StormglassRetryAmplificationHigh",
         ("service", "db")
     ));
+}
+
+/// storm: the database stalls and each of three layers tries 3 times: exactly 27 attempts
+/// reach the database per request (9 inventory, 3 order), storm potential 27, and
+/// StormglassRetryAmplificationHigh holds.
+#[test]
+fn storm_amplifies_27x() {
+    let (counts, report) = run(Scenario::Storm, 4.0, 3);
+    assert_eq!(counts.failed, counts.requests);
+    assert_storm(&report);
+    assert_eq!(
+        edge(&report, "inventory", "db").attempts,
+        27 * counts.requests
+    );
     assert!(holds(
         &report,
         "StormglassRetryStormPotential",
         ("service", "gateway")
     ));
     assert_eq!(report.traces.multi_layer_retry_traces, counts.requests);
+}
+
+/// hidden: the storm with gateway's and order's clients retrying below their tracing layer
+/// (one CLIENT span per call, no attempt numbers): the callees' SERVER spans give the same
+/// 3 / 9 / 27 amplification, storm potential and alert as `storm`, the attempts counted as
+/// hidden.
+#[test]
+fn hidden_retries_show_the_storm() {
+    let (counts, report) = run(Scenario::Hidden, 4.0, 3);
+    assert_eq!(counts.failed, counts.requests);
+    assert_storm(&report);
+    let order = edge(&report, "gateway", "order");
+    assert_eq!(order.attempts, 3 * counts.requests);
+    assert_eq!(order.hidden_attempts, 3 * counts.requests);
+    assert_eq!(order.logical_calls, counts.requests);
+    let inventory = edge(&report, "order", "inventory");
+    assert_eq!(inventory.hidden_attempts, 9 * counts.requests);
 }
 
 /// gc-pause: a 1.4 s pause of inventory against order's 25 ms timeout: inventory's P99.9

@@ -92,6 +92,10 @@ pub struct Policy {
     pub idempotency_key: bool,
     /// Tell the callee the budget (`grpc-timeout` / `x-deadline-ms`).
     pub propagate_deadline: bool,
+    /// Retry below the tracing layer, as client libraries and proxies do: one CLIENT span
+    /// for the whole call, every attempt sent with its context and no span or number of
+    /// its own, so only the callee's SERVER spans show the attempts.
+    pub below_tracing: bool,
 }
 
 impl Policy {
@@ -106,6 +110,7 @@ impl Policy {
             retry_on: &[Outcome::Unavailable],
             idempotency_key: true,
             propagate_deadline: true,
+            below_tracing: false,
         }
     }
 
@@ -122,6 +127,11 @@ impl Policy {
 
     pub fn without_key(mut self) -> Policy {
         self.idempotency_key = false;
+        self
+    }
+
+    pub fn below_tracing(mut self) -> Policy {
+        self.below_tracing = true;
         self
     }
 
@@ -178,13 +188,18 @@ where
     let tracer = call.tracer;
     let mut common = call.attributes.clone();
     common.push(KeyValue::new("peer.service", call.callee));
+    let hidden = policy.below_tracing;
     let call_cx = match call.shape {
-        Shape::Sibling => call.parent.clone(),
-        Shape::CallSpan => {
+        Shape::Sibling if !hidden => call.parent.clone(),
+        _ => {
+            let mut attributes = common.clone();
+            if hidden {
+                attributes.push(KeyValue::new("deadline", policy.timeout.as_millis() as i64));
+            }
             let span = tracer
                 .span_builder(call.name)
                 .with_kind(SpanKind::Client)
-                .with_attributes(common.clone())
+                .with_attributes(attributes)
                 .start_with_context(tracer, call.parent);
             call.parent.with_span(span)
         }
@@ -232,13 +247,18 @@ where
             Shape::Sibling => call.name.to_owned(),
             Shape::CallSpan => format!("Attempt.{}", call.name),
         };
-        let span = tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(tracer, &call_cx);
-        let cx = call_cx.with_span(span);
-        let mut guard = Unfinished(Some(cx.clone()));
+        // Below the tracing layer an attempt is sent in the call span's context, unseen.
+        let cx = if hidden {
+            call_cx.clone()
+        } else {
+            let span = tracer
+                .span_builder(name)
+                .with_kind(SpanKind::Client)
+                .with_attributes(attributes)
+                .start_with_context(tracer, &call_cx);
+            call_cx.with_span(span)
+        };
+        let mut guard = Unfinished((!hidden).then(|| cx.clone()));
         let mut headers = http::HeaderMap::new();
         telemetry::inject(&cx, &mut headers);
         if policy.propagate_deadline {
@@ -261,13 +281,15 @@ where
         .await
         .unwrap_or(Outcome::Deadline);
         guard.0 = None;
-        end(&cx, outcome, call.shape);
+        if !hidden {
+            end(&cx, outcome, call.shape);
+        }
         if outcome == Outcome::Ok || !policy.retry_on.contains(&outcome) {
             break;
         }
         previous = Some(outcome);
     }
-    if call.shape == Shape::CallSpan {
+    if call.shape == Shape::CallSpan || hidden {
         end(&call_cx, outcome, call.shape);
     }
     (outcome, attempts)

@@ -81,6 +81,7 @@ pub struct Plan {
 pub enum Scenario {
     Healthy,
     Storm,
+    Hidden,
     GcPause,
     Tail,
     Budget,
@@ -89,9 +90,10 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Healthy,
         Scenario::Storm,
+        Scenario::Hidden,
         Scenario::GcPause,
         Scenario::Tail,
         Scenario::Budget,
@@ -103,6 +105,7 @@ impl Scenario {
         match self {
             Scenario::Healthy => "healthy",
             Scenario::Storm => "storm",
+            Scenario::Hidden => "hidden",
             Scenario::GcPause => "gc-pause",
             Scenario::Tail => "tail",
             Scenario::Budget => "budget",
@@ -123,6 +126,9 @@ impl Scenario {
             }
             Scenario::Storm => {
                 "the database stalls and every layer retries 3x: 27 attempts at the bottom per request"
+            }
+            Scenario::Hidden => {
+                "the storm again, with gateway's HTTP and order's gRPC clients retrying below their tracing layer (as urllib3 and gRPC do): only the callees' SERVER spans show the attempts"
             }
             Scenario::GcPause => {
                 "inventory pauses 1.4 s every 10 s while order's timeout sits at its P99: the pause becomes retries"
@@ -170,6 +176,14 @@ impl Scenario {
                 db_select: Latency::steady(5).with_slow(1, 2000),
                 ..healthy
             },
+            Scenario::Hidden => {
+                let storm = Scenario::Storm.plan();
+                Plan {
+                    gateway_order: storm.gateway_order.below_tracing(),
+                    order_inventory: storm.order_inventory.below_tracing(),
+                    ..storm
+                }
+            }
             Scenario::GcPause => Plan {
                 order_inventory: Policy::once(25).attempts(3, TIMEOUTS).fixed_timeout(),
                 inventory_pause: Some(Pause {
