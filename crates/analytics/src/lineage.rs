@@ -43,8 +43,9 @@
 //! | `inferred` | joined to its call as an application loop's retry (see below) |
 //! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
 //!
-//! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation` and
-//! `deadline_ms` (the call its caller made) and is named after it in `edge`; its outcome and
+//! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation`,
+//! `deadline_ms` and `anchor_*` (the call its caller made, and the budget that call had to
+//! fit in) and is named after it in `edge`; its outcome and
 //! end are its own, except the last one's when the client gave up (deadline, cancelled):
 //! then they are the CLIENT span's, the outcome and end the caller saw, so a server that
 //! went on is an orphan as it would be under a single attempt.
@@ -1546,11 +1547,15 @@ fn build(
     let taken = indices(attempts.iter().map(|&r| Some(r)));
     let as_sent = linked(&|r| Some(sender[r]));
     let as_seen = linked(&|r| Some(seen(r)));
+    // Its anchor is its CLIENT span's too: the budget the call had to fit in, not the call's
+    // own (which its SERVER span, a child of the CLIENT span, inherits).
+    let senders: Vec<usize> = attempts.iter().map(|&r| sender[r]).collect();
     let mut columns: Vec<ArrayRef> = ATTEMPT_COLUMNS
         .iter()
         .map(|&name| match name {
             col::OPERATION | col::DEADLINE_MS => gather(by_name(name), &as_sent),
             col::OUTCOME | col::END_NS => gather(by_name(name), &as_seen),
+            "anchor_deadline_ms" | "anchor_start_ns" => values.column(name, &senders, None),
             _ => values.column(name, attempts, Some(&taken)),
         })
         .collect();

@@ -553,6 +553,18 @@ async fn unnumbered_retries_count() {
     assert_eq!(api.edge_amplification, Some(3.0));
     assert_eq!(api.retries_to_other_instance, Some(1.0));
     assert_eq!(layer(&r, "api").amplification, Some(3.0));
+    assert_eq!(api.timeout_ms, Some(125.0));
+    assert!(near(api.remaining_budget_ms, 786.0), "{api:#?}");
+    assert_eq!(api.immediate_retries, 2);
+    assert_eq!(api.deadline_inversions, 0);
+    let budget_kinds = ["deadline_inversion", "overcommit", "not_propagated"];
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.callee != "api" || !budget_kinds.contains(&f.kind.as_str())),
+        "{:#?}",
+        r.findings
+    );
 
     let search = edge(&r, "web", "search");
     assert_eq!(
@@ -594,6 +606,41 @@ async fn unnumbered_retries_count() {
     assert_eq!((cat.inferred_attempts, cat.hidden_attempts), (1, 0));
     assert!(near(cat.effective_success_rate, 1.0 / 3.0));
     assert!(near(cat.raw_success_rate, 2.0 / 3.0));
+
+    let ledger = edge(&r, "web", "ledger");
+    assert_eq!(
+        (ledger.logical_calls, ledger.attempts, ledger.retry_attempts),
+        (1, 3, 2)
+    );
+    assert_eq!(ledger.hidden_attempts, 2);
+    assert_eq!(ledger.effective_success_rate, Some(0.0));
+    assert_eq!(ledger.raw_success_rate, Some(1.0));
+    assert_eq!(
+        (ledger.max_attempt, ledger.max_outer_attempt),
+        (Some(2), None)
+    );
+
+    // Coverage says how each edge's attempts were found.
+    let coverage = |callee: &str| {
+        let c = r
+            .coverage
+            .edges
+            .iter()
+            .find(|c| c.callee == callee)
+            .unwrap();
+        (
+            c.shares.attempt_number,
+            c.shares.from_server_spans,
+            c.shares.inferred,
+        )
+    };
+    assert_eq!(coverage("api"), (Some(0.0), Some(1.0), Some(0.0)));
+    assert_eq!(coverage("cat"), (Some(0.0), Some(0.0), Some(0.25)));
+    assert_eq!(
+        coverage("stock"),
+        (Some(2.0 / 3.0), Some(1.0 / 3.0), Some(0.0))
+    );
+    assert!(near(coverage("ledger").1, 2.0 / 3.0));
 }
 
 /// With `infer_loops` off, an application loop's sibling CLIENT spans stay separate calls.

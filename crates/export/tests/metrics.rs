@@ -96,6 +96,7 @@ fn all_fixtures() -> Spans {
     fixtures::pending_orphans(&mut s, 30);
     fixtures::both_shapes(&mut s, 40);
     fixtures::healthy(&mut s, 50);
+    fixtures::hidden(&mut s, 60);
     s
 }
 
@@ -161,9 +162,19 @@ async fn exposition_matches_the_report() {
             ),
             ("stormglass_immediate_retries_total", e.immediate_retries),
             ("stormglass_orphan_pairs_total", e.orphan_pairs),
+            ("stormglass_hidden_attempts_total", e.hidden_attempts),
+            ("stormglass_inferred_attempts_total", e.inferred_attempts),
+            ("stormglass_hedged_attempts_total", e.hedged_attempts),
         ] {
             assert_eq!(sum(&s, metric, &labels), expected as f64, "{metric} {what}");
         }
+        let moved = sum(&s, "stormglass_other_instance_retries_total", &labels)
+            / sum(&s, "stormglass_instance_retries_total", &labels);
+        assert_eq!(
+            Some(moved).filter(|m| m.is_finite()),
+            e.retries_to_other_instance,
+            "{what}"
+        );
         let work = sum(&s, "stormglass_orphan_work_seconds_total", &labels);
         assert!((work - e.orphan_work_seconds).abs() < 1e-9, "{what}");
         let gauge = |name: &str| {
