@@ -166,7 +166,7 @@ def bench_rotel(sg, rotel, args):
         server.wait()
 
 
-# The fixed overhead beside limits.memory the README documents ("Memory").
+# The fixed overhead beside limits.memory docs/operating.md documents ("Memory").
 OVERHEAD = 160 * 2**20
 
 

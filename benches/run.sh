@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The issue-6 benchmark in one run: decode floor, rotel-agent pass-through, stormglass serve
 # with full analytics, and stormglass analyze/query against DuckDB on 10 M spans of Parquet.
-# Writes the ratio table to benches/latest.md (the README shows it) and prints it.
+# Writes the ratio table to benches/latest.md (benches/README.md shows it) and prints it.
 #
 #   bash benches/run.sh                      # defaults: 20 s per server, 64 in flight, 3 rounds
 #   DURATION=30s SPANS=2000000 ROUNDS=5 bash benches/run.sh

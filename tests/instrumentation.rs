@@ -1,7 +1,7 @@
-//! End-to-end: the README's instrumentation snippets (section "Instrumenting your
-//! services"), run as written with the real OpenTelemetry SDKs against `stormglass serve`.
-//! Each snippet below is the README's text verbatim (a test checks it), so what users copy
-//! is what is proven to give the figures.
+//! End-to-end: the instrumentation snippets of docs/instrumenting.md, run as written with
+//! the real OpenTelemetry SDKs against `stormglass serve`. Each snippet below is the page's
+//! text verbatim (a test checks it), so what users copy is what is proven to give the
+//! figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -16,7 +16,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
 
-/// The Python snippet of the README.
+/// The Python snippet of docs/instrumenting.md.
 const PYTHON: &str = r#"from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -43,7 +43,7 @@ def call_with_retries(send, key, attempts=3, timeout_ms=250):
     raise TimeoutError("orders: every attempt timed out")
 "#;
 
-// README snippet: rust begin
+// docs snippet: rust begin
 /// Call `send(timeout)`, retrying its timeouts (`Err`): one CLIENT span per attempt.
 fn call_with_retries<T, E>(
     key: &str,
@@ -81,26 +81,26 @@ fn call_with_retries<T, E>(
     }
     unreachable!("the loop returns")
 }
-// README snippet: rust end
+// docs snippet: rust end
 
-/// The README shows both snippets as they are here.
+/// docs/instrumenting.md shows both snippets as they are here.
 #[test]
-fn readme_shows_the_tested_snippets() {
-    let readme = std::fs::read_to_string(common::repo_root().join("README.md")).unwrap();
+fn docs_show_the_tested_snippets() {
+    let docs = std::fs::read_to_string(common::repo_root().join("docs/instrumenting.md")).unwrap();
     let this =
         std::fs::read_to_string(common::repo_root().join("tests/instrumentation.rs")).unwrap();
     let rust = this
-        .split("// README snippet: rust begin\n")
+        .split("// docs snippet: rust begin\n")
         .nth(1)
-        .and_then(|rest| rest.split("// README snippet: rust end").next())
+        .and_then(|rest| rest.split("// docs snippet: rust end").next())
         .unwrap();
     assert!(
-        readme.contains(&format!("```python\n{PYTHON}```")),
-        "README's Python snippet differs"
+        docs.contains(&format!("```python\n{PYTHON}```")),
+        "docs/instrumenting.md's Python snippet differs"
     );
     assert!(
-        readme.contains(&format!("```rust\n{rust}```")),
-        "README's Rust snippet differs"
+        docs.contains(&format!("```rust\n{rust}```")),
+        "docs/instrumenting.md's Rust snippet differs"
     );
 }
 
@@ -171,7 +171,7 @@ fn fast_server() -> Server {
     ])
 }
 
-/// The README's Python snippet, run by the Python SDK (OTLP/HTTP), gives the figures.
+/// The docs' Python snippet, run by the Python SDK (OTLP/HTTP), gives the figures.
 #[test]
 fn python_snippet_gives_the_figures() {
     let server = fast_server();
@@ -203,7 +203,7 @@ provider.shutdown()
     assert_figures(&server, &orders_edge(&server));
 }
 
-/// The README's Rust snippet, run by the Rust SDK (OTLP/gRPC), gives the figures.
+/// The docs' Rust snippet, run by the Rust SDK (OTLP/gRPC), gives the figures.
 #[test]
 fn rust_snippet_gives_the_figures() {
     let server = fast_server();

@@ -191,7 +191,7 @@ fn spans_only_query_scans_parquet_without_analysing() {
 }
 
 /// The budget the overload tests give the collector, and what the process may hold beside
-/// it (code, runtimes and threads, DataFusion's sessions, allocator slack): the README's
+/// it (code, runtimes and threads, DataFusion's sessions, allocator slack): docs/operating.md's
 /// "Memory" section documents the same overhead.
 const BUDGET_MIB: u64 = 32;
 const OVERHEAD_MIB: u64 = 160;

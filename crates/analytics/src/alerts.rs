@@ -1,4 +1,4 @@
-//! The alerts of the README ("Alerts and runbooks"), defined once for both engines.
+//! The alerts of docs/alerts.md, defined once for both engines.
 //!
 //! Each [`AlertDefinition`] carries what both engines need: the name, severity, `for:`
 //! duration, texts, the PromQL expression Prometheus evaluates (over the exported metrics
@@ -36,7 +36,7 @@ use serde::Deserialize;
 pub use crate::report::Alert;
 use crate::report::Report;
 
-/// `alerts.*` thresholds, defaults from the README.
+/// `alerts.*` thresholds, defaults from docs/alerts.md.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertThresholds {
@@ -110,7 +110,7 @@ impl Default for AlertThresholds {
 /// An alert's labels (without `alertname` and `severity`) and value, for one series.
 pub type Breach = (BTreeMap<String, String>, f64);
 
-/// One alert of the README, for both engines.
+/// One alert of docs/alerts.md, for both engines.
 pub struct AlertDefinition {
     pub name: &'static str,
     pub severity: &'static str,
@@ -127,7 +127,7 @@ pub struct AlertDefinition {
 }
 
 impl AlertDefinition {
-    /// The README section this alert's runbook is in (a GitHub heading anchor).
+    /// The docs/alerts.md heading this alert's runbook is under (a GitHub heading anchor).
     pub fn runbook_anchor(&self) -> String {
         self.name.to_ascii_lowercase()
     }
@@ -179,7 +179,7 @@ fn format_value(v: f64) -> String {
 const EDGE: &str = "caller, callee, operation";
 
 /// Prometheus recording rules the alert expressions and dashboards read: each figure of
-/// the README that is a ratio of counters, over the last 5 minutes (the default window),
+/// docs/alerts.md that is a ratio of counters, over the last 5 minutes (the default window),
 /// summed over instances. Empty denominators give no series (`> 0` filters), never NaN; an
 /// absent numerator series counts as 0 (`or ... * 0`).
 pub fn recording_rules() -> Vec<(&'static str, String)> {
@@ -388,7 +388,7 @@ fn guarded(condition: String, events: &str, t: &AlertThresholds) -> String {
     )
 }
 
-/// Every alert of the README, in its order.
+/// Every alert of docs/alerts.md, in its order.
 pub static DEFINITIONS: &[AlertDefinition] = &[
     AlertDefinition {
         name: "StormglassRetryAmplificationHigh",
@@ -655,7 +655,7 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
     AlertDefinition {
         name: "StormglassDeadlineInversion",
         severity: "warning",
-        // Not the README's 5m: a single inversion keeps `increase[5m] > 0` (and the 5-minute
+        // Not docs/alerts.md's 5m: a single inversion keeps `increase[5m] > 0` (and the 5-minute
         // window's findings) for just 5 minutes, so a 5m hold never fired for it. 1m fires
         // for any inversion, in Prometheus and in the built-in evaluator.
         hold: Duration::from_secs(60),
@@ -885,7 +885,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Names are unique and follow the README's table.
+    /// Names are unique and follow docs/alerts.md's table.
     #[test]
     fn twelve_unique_alerts() {
         let mut names: Vec<_> = DEFINITIONS.iter().map(|d| d.name).collect();

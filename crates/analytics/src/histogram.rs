@@ -44,7 +44,7 @@ const LE_STEPS: i32 = 50;
 
 /// The finite `le` bounds of `stormglass_layer_duration_seconds`, in seconds: 1 ms .. 60 s,
 /// each 60000^(1/50) = 1.2461x the previous, rounded to 4 significant digits so the labels
-/// read well (consecutive bounds stay within a factor of 1.25, as the README asks).
+/// read well (consecutive bounds stay within a factor of 1.25, as docs/metrics.md promises).
 pub fn le_bounds() -> Vec<f64> {
     (0..=LE_STEPS)
         .map(|k| {

@@ -1,6 +1,6 @@
 //! stormglass analytics: trace assembly (the `stormglass-assembly` crate) releases complete
 //! traces to the live analysis ([`live`]), which reconstructs attempts and logical calls and computes every figure of
-//! the README with the DataFusion SQL in `queries/` ([`queries`], [`engine`]). Live
+//! docs/figures.md with the DataFusion SQL in `queries/` ([`queries`], [`engine`]). Live
 //! ([`live`]) and offline ([`files`], [`offline`]) analysis share that SQL and the report
 //! ([`report`]).
 

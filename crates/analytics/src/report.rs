@@ -1,4 +1,4 @@
-//! The report of the README ("Commands": the JSON report), built from a window's merged partials.
+//! The report of docs/commands.md (the JSON report), built from a window's merged partials.
 //!
 //! The figures are read from the report tables ([`crate::queries::REPORT`]) into typed rows;
 //! storm potential (a walk over the call graph, see [`storm_potential`]) is added here. The
@@ -212,7 +212,7 @@ pub struct Coverage {
     pub edges: Vec<EdgeCoverage>,
 }
 
-/// The whole report; its JSON form is the contract of the README.
+/// The whole report; its JSON form is the contract of docs/commands.md.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub window: Window,

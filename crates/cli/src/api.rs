@@ -3,7 +3,7 @@
 //! `/healthz` (the process is up and none of its tasks is failing: 503 naming the task
 //! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
 //! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
-//! JSON of the README), `/api/v1/alerts` (the built-in evaluator's pending and firing
+//! JSON of docs/commands.md), `/api/v1/alerts` (the built-in evaluator's pending and firing
 //! alerts), `/runbooks` (the runbook of every alert, where their `runbook_url` points). With
 //! `auth.api_token` set, every route but `/healthz`, `/readyz` (probes carry no token) and
 //! `/runbooks` (opened from alert notifications) requires `authorization: Bearer <token>` and answers 401 without it; with

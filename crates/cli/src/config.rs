@@ -515,7 +515,7 @@ fn read_file(path: &Path) -> Result<Value, String> {
     parse(&text, format).map_err(|e| format!("{} {e}", path.display()))
 }
 
-/// The example configuration shown in the README, every key at its default.
+/// The example configuration (docs/configuration.md shows an excerpt), every key at its default.
 #[cfg(test)]
 const EXAMPLE_YAML: &str = include_str!("../stormglass.example.yaml");
 
@@ -533,7 +533,7 @@ mod tests {
         path
     }
 
-    /// No file, no environment: the embedded defaults of the README.
+    /// No file, no environment: the embedded defaults of docs/configuration.md.
     #[test]
     fn defaults() {
         let config = load(None, [], &vec![]).unwrap();
@@ -542,7 +542,7 @@ mod tests {
         assert_eq!(config.assembly.idle, Duration::from_secs(10));
     }
 
-    /// The README's example file loads and equals the defaults it documents.
+    /// The example file loads and equals the defaults it documents.
     #[test]
     fn example_config_is_the_defaults() {
         let path = write("example.yaml", EXAMPLE_YAML);

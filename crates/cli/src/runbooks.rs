@@ -1,25 +1,20 @@
-//! `GET /runbooks`: the README's "Alerts and runbooks" section as a page of the API, so every
+//! `GET /runbooks`: docs/alerts.md ("Alerts and runbooks") as a page of the API, so every
 //! alert's `runbook_url` resolves wherever stormglass runs (no network beyond it). The text
-//! is the README's, compiled in: one source for the repository and the binary.
+//! is the docs page, compiled in: one source for the repository and the binary.
 
 use std::sync::LazyLock;
 
 use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd, html};
+use stormglass_export::rules::heading_anchor;
 
-const README: &str = include_str!("../../../README.md");
-const SECTION: &str = "## Alerts and runbooks";
+const ALERTS: &str = include_str!("../../../docs/alerts.md");
 
 /// The page, rendered once.
-pub static PAGE: LazyLock<String> = LazyLock::new(|| page(README));
+pub static PAGE: LazyLock<String> = LazyLock::new(|| page(ALERTS));
 
-fn page(readme: &str) -> String {
-    let start = readme.find(SECTION).unwrap_or(0);
-    let rest = &readme[start..];
-    let end = rest[SECTION.len()..]
-        .find("\n## ")
-        .map_or(rest.len(), |i| i + SECTION.len());
+fn page(markdown: &str) -> String {
     let mut body = String::new();
-    html::push_html(&mut body, with_anchors(&rest[..end]).into_iter());
+    html::push_html(&mut body, with_anchors(markdown).into_iter());
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -51,7 +46,7 @@ fn with_anchors(markdown: &str) -> Vec<Event<'_>> {
             }
             events[i] = Event::Start(Tag::Heading {
                 level,
-                id: Some(anchor(&text).into()),
+                id: Some(heading_anchor(&text).into()),
                 classes: Vec::new(),
                 attrs: Vec::new(),
             });
@@ -59,18 +54,6 @@ fn with_anchors(markdown: &str) -> Vec<Event<'_>> {
         i += 1;
     }
     events
-}
-
-fn anchor(heading: &str) -> String {
-    heading
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -92,16 +75,19 @@ mod tests {
             );
         }
         assert!(
-            !PAGE.contains("id=\"architecture\""),
-            "the page is the runbook section only"
+            PAGE.contains("<h1 id=\"alerts-and-runbooks\">"),
+            "the page is docs/alerts.md"
         );
     }
 
     /// Anchors are GitHub's: lower case, dashes for spaces, punctuation dropped.
     #[test]
     fn anchors_follow_github() {
-        assert_eq!(anchor("StormglassDown"), "stormglassdown");
-        assert_eq!(anchor("Alerts and runbooks"), "alerts-and-runbooks");
-        assert_eq!(anchor("What `cause` means (v2)"), "what-cause-means-v2");
+        assert_eq!(heading_anchor("StormglassDown"), "stormglassdown");
+        assert_eq!(heading_anchor("Alerts and runbooks"), "alerts-and-runbooks");
+        assert_eq!(
+            heading_anchor("What `cause` means (v2)"),
+            "what-cause-means-v2"
+        );
     }
 }

@@ -331,7 +331,7 @@ async fn join(thread: std::thread::JoinHandle<()>, name: &str) -> anyhow::Result
 
 /// The runtime the receivers, the API and the alert evaluator run on: one worker per core,
 /// each thread at the nice value of the thread that builds it (which starts the assembly
-/// and analysis threads) plus `receiver_nice`; see the module docs and the README
+/// and analysis threads) plus `receiver_nice`; see the module docs and docs/operating.md
 /// ("Benchmarks") for what it changed. The value is computed once, here: a thread inherits
 /// its creator's nice value, so adding to each new thread's own would lower blocking-pool
 /// threads (started from the already lowered workers) twice.

@@ -146,7 +146,7 @@ pub fn report(r: &Report) -> String {
 
     let _ = writeln!(
         out,
-        "\nInstrumentation coverage (share of attempts whose spans carry it; see README: Instrumenting your services)"
+        "\nInstrumentation coverage (share of attempts whose spans carry it; see docs/instrumenting.md)"
     );
     let coverage_row = |name: String, shares: &CoverageShares| {
         let mut row = vec![name, shares.attempts.to_string()];

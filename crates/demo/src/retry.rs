@@ -28,7 +28,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The outcome class of the README.
+    /// The outcome class of docs/instrumenting.md.
     pub fn class(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
@@ -145,7 +145,7 @@ impl Policy {
     }
 }
 
-/// The two retry shapes of the README.
+/// The two numbered retry shapes of docs/instrumenting.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     /// Each attempt a sibling CLIENT span (`retry`, `http.request.resend_count`).

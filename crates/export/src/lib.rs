@@ -1,6 +1,6 @@
 //! stormglass exports: what leaves the collector for Prometheus, Grafana and the pager.
 //!
-//! * [`metrics`]: the figure metrics of the README on `/metrics`, fed by every analysed
+//! * [`metrics`]: the figure metrics of docs/metrics.md on `/metrics`, fed by every analysed
 //!   interval.
 //! * [`rules`]: the Prometheus recording and alerting rules (`stormglass rules`).
 //! * [`notify`]: the built-in alert evaluator (honours `for:`), posting to Alertmanager's v2

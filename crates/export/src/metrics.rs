@@ -1,4 +1,4 @@
-//! The figure metrics of the README ("Metrics"), as one Prometheus collector.
+//! The figure metrics of docs/metrics.md, as one Prometheus collector.
 //!
 //! * Counters grow from each analysed interval's partial aggregates (what that interval's
 //!   completed traces added), so they sum exactly across instances.
@@ -53,7 +53,7 @@ const fn spec(name: &'static str, help: &'static str, labels: &'static [&'static
     Spec { name, help, labels }
 }
 
-// Counter families, in the README's order; indexes into `State::counters`.
+// Counter families, in docs/metrics.md's order; indexes into `State::counters`.
 const LOGICAL_CALLS: usize = 0;
 const ATTEMPTS: usize = 1;
 const ENTRY_REQUESTS: usize = 2;

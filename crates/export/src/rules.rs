@@ -58,7 +58,7 @@ struct SelfAlert {
     description: &'static str,
 }
 
-/// The meta-monitoring alerts; each has a runbook in the README under its name.
+/// The meta-monitoring alerts; each has a runbook in docs/alerts.md under its name.
 const SELF_ALERTS: [SelfAlert; 6] = [
     SelfAlert {
         name: "StormglassDown",
@@ -126,6 +126,20 @@ pub fn scoped(expr: &str) -> String {
 /// The runbook link of an alert.
 pub fn runbook_url(base: &str, anchor: &str) -> String {
     format!("{base}#{anchor}")
+}
+
+/// The anchor GitHub gives a Markdown heading (lower case, spaces as dashes, other
+/// punctuation dropped): what runbook links and the docs' links point at.
+pub fn heading_anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The names of the meta-monitoring alerts (for tests and docs).

@@ -501,7 +501,7 @@ async fn empty_requests_succeed() {
     assert!(h.sink.take().is_empty());
 }
 
-/// One request per bad-input class of the README's "Bad input" table, over OTLP/HTTP
+/// One request per bad-input class of docs/operating.md's "Bad input" table, over OTLP/HTTP
 /// protobuf, with the answer each must get: 400 for what cannot be decoded (truncated, wrong
 /// types, invalid UTF-8, nesting past the decoder's depth limit); partial success for spans
 /// that cannot be placed (end before start, times past 2262); 200 with everything kept for

@@ -1,6 +1,6 @@
 //! Attribute conventions: which span attributes feed which normalised column.
 //!
-//! the README ("What stormglass reads from your spans") lists, for each concept, the attribute names read in order
+//! docs/instrumenting.md ("What stormglass reads from your spans") lists, for each concept, the attribute names read in order
 //! (first present wins). [`Conventions`] turns those lists into one lookup table so the
 //! encoder classifies every attribute with a single hash probe, keeping for each concept
 //! the alias of highest precedence it has seen. The lists are data, so a deployment can
@@ -123,7 +123,7 @@ impl Concept {
     }
 }
 
-/// The default alias lists of the README, in precedence order (first wins).
+/// The default alias lists of docs/instrumenting.md, in precedence order (first wins).
 ///
 /// Two deliberate additions, both older semantic-convention names that SDKs still emit:
 /// `http.method` after `http.request.method`, and `http.status_code` after
@@ -449,7 +449,7 @@ mod tests {
         }
     }
 
-    /// Every unit form of the README's deadline row parses to milliseconds.
+    /// Every unit form of docs/instrumenting.md's deadline row parses to milliseconds.
     #[test]
     fn budgets_in_every_listed_form() {
         assert_eq!(as_budget_ms(&i(300)), Some(300.0));

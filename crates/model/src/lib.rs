@@ -1,6 +1,6 @@
 //! The stormglass data model: one Arrow schema for spans ([`schema`]), the attribute
 //! conventions that normalise what exporters send ([`conventions`]), the outcome classes of
-//! the README ([`outcome`]), the OTLP request as received ([`wire`]) and the OTLP -> Arrow
+//! docs/instrumenting.md ([`outcome`]), the OTLP request as received ([`wire`]) and the OTLP -> Arrow
 //! encoder ([`mod@encode`]). No I/O lives here.
 
 pub mod conventions;

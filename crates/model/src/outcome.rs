@@ -1,4 +1,4 @@
-//! Outcome classes of the README ("What stormglass reads from your spans": outcome classes).
+//! Outcome classes of docs/instrumenting.md ("What stormglass reads from your spans": outcome classes).
 //!
 //! A span's signals are read in a fixed precedence, most specific first: a non-zero gRPC
 //! status code, an HTTP status >= 400, `error.type`, `ctx_cancelled=true`, a non-zero
@@ -18,7 +18,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Every class, in the order the README lists them.
+    /// Every class, in the order docs/instrumenting.md lists them.
     pub const ALL: [Outcome; 7] = [
         Outcome::Ok,
         Outcome::Deadline,
@@ -173,7 +173,7 @@ impl OutcomeSignals {
 mod tests {
     use super::*;
 
-    /// Every row of the README's gRPC column maps to its class.
+    /// Every row of docs/instrumenting.md's gRPC column maps to its class.
     #[test]
     fn grpc_codes_follow_metrics_md() {
         assert_eq!(Outcome::from_grpc_code(0), None);
@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(Outcome::from_grpc_name("OK"), None);
     }
 
-    /// Every row of the README's HTTP column maps to its class; 2xx/3xx are no signal.
+    /// Every row of docs/instrumenting.md's HTTP column maps to its class; 2xx/3xx are no signal.
     #[test]
     fn http_statuses_follow_metrics_md() {
         assert_eq!(Outcome::from_http_status(200), None);

@@ -6,7 +6,7 @@
 //!
 //! Ids are fixed-size binary (16 bytes for traces, 8 for spans) and times are Unix
 //! nanoseconds in `Int64`, the OTLP units, so nothing is lost in encoding. The columns after
-//! `status_message` are the normalised input contract of the README ("What stormglass reads from your spans"): they
+//! `status_message` are the normalised input contract of docs/instrumenting.md ("What stormglass reads from your spans"): they
 //! are derived once at ingest so that every query reads one typed column instead of chasing
 //! attribute aliases.
 
@@ -63,7 +63,7 @@ pub const OPERATION: &str = "operation";
 pub const CTX_CANCELLED: &str = "ctx_cancelled";
 /// Server side reports its work as still pending (`state` / `idempotency.state` = `pending`).
 pub const PENDING: &str = "pending";
-/// Outcome class of the README: `ok`, `deadline`, `cancelled`, `unavailable`, `throttled`,
+/// Outcome class of docs/instrumenting.md: `ok`, `deadline`, `cancelled`, `unavailable`, `throttled`,
 /// `server_error`, `client_error`.
 pub const OUTCOME: &str = "outcome";
 /// Span attributes not consumed by a normalised column, values rendered as strings.
