@@ -1,8 +1,7 @@
 //! The structural part of the analysis, computed in Rust over the Arrow columns and
 //! registered as the `lineage` and `lineage_attempts` tables the SQL reads: ancestor walks
 //! (which SQL expresses badly) and the two parent/child lookups every attempt needs (which
-//! SQL expresses as self-joins of the whole span table, measured at most of an interval's
-//! cost).
+//! SQL expresses as self-joins of the whole span table, the costliest part of an interval).
 //!
 //! `lineage` is the span table itself (every column of the span schema, shared, not
 //! copied) plus, per span, the columns below: all of them for `stormglass query`
@@ -175,8 +174,7 @@ pub static LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 pub enum Detail {
     /// The span's columns and [`ANALYSED_COLUMNS`]: what `queries/` read of `lineage` (the
     /// attempts' values are in `lineage_attempts`, built for the attempts alone): the other
-    /// eleven columns for every span had no reader in the analysis (~3% of the lineage's
-    /// time, timed alone).
+    /// columns for every span have no reader in the analysis.
     Analysis,
     /// Every column of [`LINEAGE_SCHEMA`]: for `stormglass query`, whose users may read any.
     Query,
@@ -794,8 +792,8 @@ fn parent_rows(
 
 /// The rows holding a (trace id, span id) an earlier row already holds, in row order: what
 /// de-duplicating a batch drops, keeping each span's first copy. Found per trace, as
-/// [`parent_rows`] finds parents: one hash set of every span of a 131,072-span chunk missed
-/// the cache on nearly every insert (7% of `stormglass analyze`'s samples, `perf record`).
+/// [`parent_rows`] finds parents: one hash set of every span of a chunk misses the cache on
+/// nearly every insert.
 pub(crate) fn repeated_rows(
     trace: &FixedSizeBinaryArray,
     span: &FixedSizeBinaryArray,
@@ -817,10 +815,9 @@ pub(crate) fn repeated_rows(
 }
 
 /// A batch's rows grouped by trace: a map of the batch's trace ids numbers them, and a
-/// counting sort groups the rows. One hash map of every span of the batch missed the cache
-/// on nearly every insert and lookup (~600 ns per span in a 1 M span file,
-/// `STORMGLASS_QUERY_TIMINGS=1 stormglass analyze`); the map of trace ids is a tenth of its
-/// size. Any row order works: OTLP requests group spans by service, so a file's traces are
+/// counting sort groups the rows. One hash map of every span of the batch misses the cache
+/// on nearly every insert and lookup; the map of trace ids is a tenth of its size. Any row
+/// order works: OTLP requests group spans by service, so a file's traces are
 /// interleaved.
 pub(crate) struct TraceGroups {
     /// Trace t's rows are `rows[bounds[t]..bounds[t + 1]]`, in row order.
@@ -963,8 +960,8 @@ fn callee_hint<'a>(
 /// Per attempt with a callee hint, a SERVER span of the service that SERVER spans under
 /// the batch's attempts most often have for that hint (ties: the service first by name);
 /// `None` otherwise. Computed here, with the other links, so `attempts` names its callee
-/// without joining the whole attempt table to a table of hints: that join copied every
-/// column of every attempt and was more than half of the query (`EXPLAIN ANALYZE`).
+/// without joining the whole attempt table to a table of hints, which would copy every
+/// column of every attempt.
 fn hint_servers(
     spans: &RecordBatch,
     attempts: &[usize],
@@ -1007,8 +1004,8 @@ fn hint_servers(
 
 /// Group attempts into logical calls (see the module docs for the order). Trace by trace,
 /// in trace id order: each trace's few attempts sort in cache, by their strings directly,
-/// where one sort of every attempt of the batch (after ranking every hint and operation
-/// by hashing it) was most of this step's time.
+/// where one sort of every attempt of the batch would need every hint and operation ranked
+/// first.
 fn logical_calls(
     spans: &RecordBatch,
     groups: &TraceGroups,
@@ -1214,8 +1211,7 @@ enum Found {
 /// The attempts' edges: each attempt's (caller, callee, operation) as one integer, numbered
 /// from 0 in the order first met, and each edge's names. The partials group by the
 /// integer and join the names once per edge: grouping every attempt by three strings, in
-/// every partial, was the largest part of their work (hashing and comparing strings,
-/// `perf` of the live analysis).
+/// every partial, would be most of their work.
 ///
 /// caller: the service that made the attempt (its own, or a SERVER attempt's parent's),
 /// else `unknown`; callee: the service of a SERVER span under any attempt of the call,

@@ -17,15 +17,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// Every accepted span costs a few dozen short-lived allocations (prost's decoded strings
-/// and vectors) and the analysis many more; under load glibc's malloc and free took ~30% of
-/// the collector's CPU (`perf record`, issue 6). mimalloc's thread-local free lists do not.
+/// and vectors) and the analysis many more: mimalloc's thread-local free lists make them
+/// cheap where glibc's malloc dominated the profile.
 ///
-/// Built with `no_thp`: mimalloc otherwise asks for transparent huge pages, and each first
-/// touch of memory it had returned to the kernel then faulted in, zeroed (and, under the
-/// kernel's default `defrag=madvise`, compacted for) a whole 2 MiB page. That was half of
-/// `stormglass analyze`'s samples over a 10 M span file (`clear_page_erms`), 26 s against
-/// 17 s without, and ~10% of the live path's CPU (`MIMALLOC_ALLOW_THP=0` against the
-/// default, `perf record` and the benchmark's load).
+/// Built with `no_thp`: with transparent huge pages, every first touch of memory the
+/// allocator had returned to the kernel faults in (and zeroes, and may compact) a whole
+/// 2 MiB page, which dominated `stormglass analyze` and cost the live path too.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -37,13 +34,10 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// kernel: 10 s (jemalloc's default decay), not mimalloc's 1 s.
 ///
 /// mimalloc purges everything free when the delay since the last free runs out. The
-/// analysis allocates and frees a chunk's tables several times a second, so every second
-/// it faulted back in, zeroed, the memory it had just freed: over 12 s of the benchmark's
-/// load, ~190,000 minor faults of the analysis thread and 0.40-0.46 s of its ~6 s of CPU
-/// in the kernel; ~60,000 and 0.18 s with 10 s. Its CPU per 1 M spans went 1.33 -> 1.10
-/// and 1.25 -> 1.08 s (two alternated pairs of release builds). Memory freed after a storm
-/// still goes back, 10 s later. `MIMALLOC_PURGE_DELAY=<ms>` in the environment overrides
-/// it, as for any mimalloc option.
+/// analysis allocates and frees a chunk's tables several times a second, so at 1 s it
+/// faulted back in, zeroed, the memory it had just freed, a sizeable share of its CPU.
+/// Memory freed after a storm still goes back, 10 s later. `MIMALLOC_PURGE_DELAY=<ms>` in
+/// the environment overrides it, as for any mimalloc option.
 const PURGE_DELAY_MS: i32 = 10_000;
 
 /// Set the allocator's purge delay ([`PURGE_DELAY_MS`]) unless the environment chose one.
