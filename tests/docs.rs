@@ -1,7 +1,8 @@
 //! The documentation holds: every relative link in the README, docs/, benches/README.md
-//! and CHANGELOG.md resolves (to a file, and to a heading where it names one), and the
+//! and CHANGELOG.md resolves (to a file, and to a heading where it names one), the
 //! metrics reference (docs/metrics.md and the self-metrics of docs/operating.md) lists
-//! exactly the families `/metrics` exports.
+//! exactly the families `/metrics` exports, and the crates depend on each other as
+//! docs/architecture.md says.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -163,4 +164,48 @@ fn metrics_reference_lists_what_metrics_exports() {
         .filter(|name| !ON_FIRST_EVENT.contains(&name.as_str()))
         .collect();
     assert!(missing.is_empty(), "documented, not exported: {missing:?}");
+}
+
+/// The stages in the order the data flows; `model`, `runtime` and `demo` are beside them.
+const STAGES: [&str; 5] = ["ingest", "archive", "assembly", "analytics", "export"];
+
+/// The `stormglass-*` crates a manifest's `[dependencies]` names.
+fn stormglass_dependencies(krate: &str) -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(repo_root().join(format!("crates/{krate}/Cargo.toml"))).unwrap();
+    let mut section = "";
+    let mut names = Vec::new();
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            section = line;
+        } else if section == "[dependencies]"
+            && let Some(name) = line.strip_prefix("stormglass-")
+        {
+            names.push(name.split(['.', ' ', '=']).next().unwrap().to_owned());
+        }
+    }
+    names
+}
+
+/// Each stage depends on `model`, `runtime` and earlier stages only; no stage depends on
+/// the receivers; `model` and `runtime` depend on no stage.
+#[test]
+fn crates_depend_in_the_order_data_flows() {
+    for (i, stage) in STAGES.iter().enumerate() {
+        for dependency in stormglass_dependencies(stage) {
+            let earlier = STAGES[..i].contains(&dependency.as_str());
+            assert!(
+                ["model", "runtime"].contains(&dependency.as_str()) || earlier,
+                "{stage} depends on {dependency}"
+            );
+            assert!(dependency != "ingest", "{stage} depends on the receivers");
+        }
+    }
+    for base in ["model", "runtime"] {
+        let deps = stormglass_dependencies(base);
+        assert!(
+            deps.iter().all(|d| d == "model"),
+            "{base} depends on {deps:?}"
+        );
+    }
 }

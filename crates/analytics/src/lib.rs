@@ -20,4 +20,4 @@ pub use alerts::{Alert, AlertDefinition, AlertThresholds};
 pub use engine::{AnalysisError, Engine, Params, Partials, WindowContext};
 pub use live::{AnalysisMetrics, AnalyticsConfig, Faults, IntervalObserver, LiveAnalysis};
 pub use report::Report;
-pub use stormglass_assembly::{ReleasedTraces, TraceSink, duration};
+pub use stormglass_assembly::{ReleasedTraces, TraceSink};

@@ -29,12 +29,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arrow::array::{AsArray, RecordBatch};
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
 use serde::Deserialize;
-use stormglass_assembly::duration;
 use stormglass_assembly::{ReleasedTraces, TraceSink};
-use stormglass_ingest::health::{error_chain, panic_message};
-use stormglass_ingest::{Health, MemoryBudget, Reservation};
 use stormglass_model::hash::KeyedHash;
 use stormglass_model::{SPANS_SCHEMA, schema};
+use stormglass_runtime::duration;
+use stormglass_runtime::health::{error_chain, panic_message};
+use stormglass_runtime::{Health, MemoryBudget, Reservation};
 use tokio::sync::{Notify, watch};
 
 use crate::alerts::{self, AlertThresholds};

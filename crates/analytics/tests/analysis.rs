@@ -284,7 +284,7 @@ async fn late_server_spans_feed_latency() {
         AnalyticsConfig::default(),
         AnalysisMetrics::unregistered(),
     );
-    let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
+    let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
     let mut on_time = Spans::default();
     let mut late = Spans::default();
     for trace in 1..=20 {
@@ -694,7 +694,7 @@ async fn live_and_offline_agree() {
         AnalyticsConfig::default(),
         AnalysisMetrics::unregistered(),
     );
-    let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
+    let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
     let t0 = SystemTime::now();
     let traces = s.requests_by_trace();
     for (i, chunk) in traces.chunks(97).enumerate() {
@@ -727,7 +727,7 @@ async fn chunked_interval_equals_offline() {
     let s = every_fixture();
     let offline = report(&s).await;
 
-    let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
+    let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
     let live = LiveAnalysis::new(
         Engine::default(),
         AlertThresholds::default(),

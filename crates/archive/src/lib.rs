@@ -33,9 +33,9 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Deserialize;
-use stormglass_assembly::duration;
-use stormglass_ingest::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
 use stormglass_model::SPANS_SCHEMA;
+use stormglass_runtime::duration;
+use stormglass_runtime::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
 
 /// File names: `spans-20261201T124417.123Z-0.parquet`; sorting by name sorts by time.
 const PREFIX: &str = "spans-";

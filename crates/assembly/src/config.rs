@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::duration;
+use stormglass_runtime::duration;
 
 /// How long traces are held and how many spans may be held at once.
 #[derive(Clone, Debug, PartialEq, Deserialize)]

@@ -32,7 +32,6 @@
 //! Accounting at any quiet moment: accepted = released + late + open + duplicates.
 
 mod config;
-pub mod duration;
 mod metrics;
 pub mod sink;
 
@@ -47,9 +46,9 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayAccessor, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::UInt8Type;
-use stormglass_ingest::health::panic_message;
-use stormglass_ingest::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
 use stormglass_model::{HELD_SCHEMA, hold, schema, widen_rows};
+use stormglass_runtime::health::panic_message;
+use stormglass_runtime::{Health, MemoryBudget, Overload, Reservation, SinkFull, SpanSink};
 use tokio::sync::watch;
 
 pub use config::AssemblyConfig;

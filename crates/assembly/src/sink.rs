@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 
 use arrow::array::RecordBatch;
-use stormglass_ingest::{MemoryBudget, Reservation};
+use stormglass_runtime::{MemoryBudget, Reservation};
 
 /// Complete traces released together: every span of each trace, a trace's rows contiguous,
 /// traces in the order their first span arrived. The batch's memory stays reserved against

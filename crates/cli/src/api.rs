@@ -23,7 +23,7 @@ use stormglass_analytics::LiveAnalysis;
 use stormglass_assembly::Assembly;
 use stormglass_export::AlertEvaluator;
 use stormglass_ingest::server::serve_http;
-use stormglass_ingest::{BearerToken, Health, Tls};
+use stormglass_runtime::{BearerToken, Health, Tls};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

@@ -16,7 +16,7 @@ use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params};
 use stormglass_archive::ArchiveConfig;
 use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
-use stormglass_ingest::{AuthConfig, TlsConfig};
+use stormglass_runtime::{AuthConfig, TlsConfig};
 
 use crate::config_tree::{Format, parse, scalar, section, set};
 
@@ -186,11 +186,11 @@ impl Default for RetriesConfig {
 pub struct ShutdownConfig {
     /// Bound on releasing and analysing every open trace; what is left unanalysed after it
     /// is logged with its span count.
-    #[serde(with = "stormglass_analytics::duration")]
+    #[serde(with = "stormglass_runtime::duration")]
     pub timeout: std::time::Duration,
     /// How long `/metrics` and the API keep answering after the last analysis, so the last
     /// scrape sees the final counters (set it to a scrape interval).
-    #[serde(with = "stormglass_analytics::duration")]
+    #[serde(with = "stormglass_runtime::duration")]
     pub drain: std::time::Duration,
 }
 
@@ -246,7 +246,7 @@ pub struct LimitsConfig {
     pub max_request_bytes: usize,
     /// Longest a request's body may take to arrive once its headers did; a slower client
     /// gets 408 / DEADLINE_EXCEEDED and frees its request slot.
-    #[serde(with = "stormglass_analytics::duration")]
+    #[serde(with = "stormglass_runtime::duration")]
     pub request_timeout: std::time::Duration,
     /// Series per exported figure metric; beyond it new series fold into
     /// `operation="__overflow__"`.

@@ -25,9 +25,8 @@ use stormglass_archive::{Archive, Archived};
 use stormglass_assembly::{Assembly, AssemblyMetrics};
 use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::server::ServeError;
-use stormglass_ingest::{
-    BearerToken, Health, IngestMetrics, MemoryBudget, Pipeline, ReceiverConfig, Receivers, Tls,
-};
+use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers};
+use stormglass_runtime::{BearerToken, Health, MemoryBudget, Tls};
 use tokio::sync::watch;
 use tokio::task::JoinError;
 use tokio::task::JoinHandle;

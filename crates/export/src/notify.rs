@@ -23,9 +23,10 @@ use std::time::{Duration, SystemTime};
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use serde::{Deserialize, Serialize};
 use stormglass_analytics::alerts::{AlertDefinition, definition};
-use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report, duration};
+use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report};
+use stormglass_runtime::duration;
 
-use stormglass_ingest::Secret;
+use stormglass_runtime::Secret;
 
 use crate::post::Poster;
 use crate::rules::runbook_url;

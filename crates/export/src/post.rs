@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio_rustls::rustls;
 
-use stormglass_ingest::health::error_chain;
+use stormglass_runtime::health::error_chain;
 
 use crate::notify::{NotifyConfig, NotifyError};
 
@@ -52,7 +52,7 @@ impl Poster {
         // their handshake, and say so.
         roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
         if let Some(path) = &config.ca_file {
-            let certificates = stormglass_ingest::tls::read_certificates(path)
+            let certificates = stormglass_runtime::tls::read_certificates(path)
                 .map_err(|e| NotifyError::Tls(e.to_string()))?;
             for certificate in certificates {
                 roots

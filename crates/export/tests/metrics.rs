@@ -74,7 +74,7 @@ impl Live {
     }
 
     async fn interval(&mut self, spans: &Spans) -> Arc<Report> {
-        let budget = stormglass_ingest::MemoryBudget::unregistered(1 << 40);
+        let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
         for request in spans.requests_by_trace() {
             let (batch, _) = encode_request(&Conventions::default(), &request);
             self.live

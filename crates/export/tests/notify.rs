@@ -267,7 +267,7 @@ async fn shutdown_resolves_firing_alerts() {
 #[tokio::test]
 async fn https_receivers_with_auth_and_retries() {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    use stormglass_ingest::{Secret, Tls, TlsConfig};
+    use stormglass_runtime::{Secret, Tls, TlsConfig};
 
     let dir = std::env::temp_dir().join(format!("stormglass-notify-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

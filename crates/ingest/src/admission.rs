@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::auth::BearerToken;
-use crate::budget::{MemoryBudget, Reservation};
-use crate::error::{IngestError, Overload};
+use crate::error::IngestError;
+use stormglass_runtime::Overload;
+use stormglass_runtime::auth::BearerToken;
+use stormglass_runtime::budget::{MemoryBudget, Reservation};
 
 /// How long a client refused for memory or concurrency should wait: about how long the
 /// analysis takes to free a chunk's worth of memory.

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use stormglass_runtime::Overload;
 
 /// Everything a receiver can refuse a request for.
 #[derive(Debug, thiserror::Error)]
@@ -44,38 +45,6 @@ pub enum IngestError {
         retry_after: Duration,
         limit: Overload,
     },
-}
-
-/// Which bound a retryable refusal hit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Overload {
-    /// `limits.memory`: the bytes held would cross the budget.
-    Memory,
-    /// `assembly.max_spans`: the spans held would cross the count.
-    Spans,
-    /// `limits.max_concurrent_requests`: too many requests in flight.
-    Concurrency,
-}
-
-impl Overload {
-    /// The `reason` label of the refusal counters.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Overload::Memory => "memory_limit",
-            Overload::Spans => "max_spans",
-            Overload::Concurrency => "concurrency",
-        }
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Overload::Memory => "memory budget (limits.memory)",
-            Overload::Spans => "span limit (assembly.max_spans)",
-            Overload::Concurrency => {
-                "limit of concurrent requests (limits.max_concurrent_requests)"
-            }
-        }
-    }
 }
 
 impl IngestError {

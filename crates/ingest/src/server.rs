@@ -7,11 +7,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::admission::Admission;
-use crate::auth::BearerToken;
-use crate::budget::MemoryBudget;
 use crate::sink::Pipeline;
-use crate::tls::Tls;
 use crate::{grpc, http};
+use stormglass_runtime::auth::BearerToken;
+use stormglass_runtime::budget::MemoryBudget;
+use stormglass_runtime::shutdown::wait_for;
+use stormglass_runtime::tls::Tls;
 
 /// Where and how the receivers listen.
 #[derive(Clone, Debug)]
@@ -164,7 +165,7 @@ impl Receivers {
     }
 }
 
-/// Serve `router` on `listener` (plain TCP or [`crate::tls::TlsListener`]) until `shutdown`,
+/// Serve `router` on `listener` (plain TCP or [`stormglass_runtime::tls::TlsListener`]) until `shutdown`,
 /// finishing the requests in flight.
 pub fn serve_http<L>(
     listener: L,
@@ -178,9 +179,4 @@ where
     axum::serve(listener, router)
         .with_graceful_shutdown(wait_for(shutdown))
         .into_future()
-}
-
-/// Resolves when the shutdown flag becomes true (or its sender is gone).
-pub async fn wait_for(mut shutdown: watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }

@@ -1,33 +1,18 @@
-//! Where receivers hand decoded spans: the [`SpanSink`] trait (trace assembly implements it)
-//! and [`Pipeline`], the transport-independent half of every export request.
+//! Where receivers hand decoded spans: [`Pipeline`], the transport-independent half of
+//! every export request, into a [`SpanSink`] (the runtime crate's contract; trace assembly
+//! and the archive implement it).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use arrow::array::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
 use stormglass_model::Conventions;
 use stormglass_model::wire::ExportRequest;
 
-use crate::error::{IngestError, Overload};
+use crate::error::IngestError;
 use crate::metrics::{IngestMetrics, Transport};
-
-/// The sink is over one of its bounds: nothing was stored, the client should retry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SinkFull {
-    /// When a retry is likely to succeed.
-    pub retry_after: Duration,
-    /// The bound that would have been crossed.
-    pub limit: Overload,
-}
-
-/// Receives every batch of valid spans. Implementations either store the whole batch or
-/// refuse it whole: a batch is never partly kept.
-pub trait SpanSink: Send + Sync + 'static {
-    fn accept(&self, batch: RecordBatch) -> Result<(), SinkFull>;
-}
+use stormglass_runtime::SpanSink;
 
 /// The shared export path of both transports: encode, count, hand to the sink, answer.
 #[derive(Clone)]

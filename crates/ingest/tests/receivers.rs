@@ -13,11 +13,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
-use stormglass_ingest::{
-    IngestMetrics, MemoryBudget, Overload, Pipeline, ReceiverConfig, Receivers, SinkFull, SpanSink,
-};
+use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers};
 use stormglass_model::Conventions;
 use stormglass_model::testing::{request, retry_fixture, span};
+use stormglass_runtime::{MemoryBudget, Overload, SinkFull, SpanSink};
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding;
 

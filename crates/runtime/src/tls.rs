@@ -151,7 +151,7 @@ impl Tls {
         let acceptor = self.acceptor.clone();
         let failures = self.failures.with_label_values(&[name]);
         tokio::spawn(async move {
-            let stopped = crate::server::wait_for(shutdown);
+            let stopped = crate::shutdown::wait_for(shutdown);
             tokio::pin!(stopped);
             loop {
                 let (tcp, peer) = tokio::select! {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::http::HeaderValue;
+use http::HeaderValue;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
