@@ -108,11 +108,15 @@ pub struct AdviceConfig {
     pub min_backoff_ms: f64,
 }
 
+// The analysis thresholds' defaults are `Params::default()`'s: one source, so the binary
+// and the analysis tests (which use `Params::default()`) cannot drift apart.
+
 impl Default for AdviceConfig {
     fn default() -> Self {
+        let defaults = Params::default();
         AdviceConfig {
-            timeout_factor: 1.5,
-            min_backoff_ms: 5.0,
+            timeout_factor: defaults.timeout_factor,
+            min_backoff_ms: defaults.min_backoff_ms,
         }
     }
 }
@@ -127,7 +131,9 @@ pub struct OrphansConfig {
 
 impl Default for OrphansConfig {
     fn default() -> Self {
-        OrphansConfig { grace_ms: 5.0 }
+        OrphansConfig {
+            grace_ms: Params::default().orphan_grace_ms,
+        }
     }
 }
 
@@ -141,7 +147,9 @@ pub struct DeadlinesConfig {
 
 impl Default for DeadlinesConfig {
     fn default() -> Self {
-        DeadlinesConfig { tolerance_ms: 1.0 }
+        DeadlinesConfig {
+            tolerance_ms: Params::default().deadline_tolerance_ms,
+        }
     }
 }
 
@@ -157,9 +165,10 @@ pub struct ClocksConfig {
 
 impl Default for ClocksConfig {
     fn default() -> Self {
+        let defaults = Params::default();
         ClocksConfig {
-            tolerance_ms: 1.0,
-            skew_threshold_ms: 10.0,
+            tolerance_ms: defaults.clock_tolerance_ms,
+            skew_threshold_ms: defaults.clock_skew_threshold_ms,
         }
     }
 }
@@ -176,7 +185,9 @@ pub struct RetriesConfig {
 
 impl Default for RetriesConfig {
     fn default() -> Self {
-        RetriesConfig { infer_loops: true }
+        RetriesConfig {
+            infer_loops: Params::default().infer_loops,
+        }
     }
 }
 
@@ -540,6 +551,12 @@ mod tests {
         assert_eq!(config, Config::default());
         assert_eq!(config.listen.grpc.to_string(), "127.0.0.1:4317");
         assert_eq!(config.assembly.idle, Duration::from_secs(10));
+    }
+
+    /// The configuration's analysis thresholds default to the analysis's own defaults.
+    #[test]
+    fn threshold_defaults_are_the_analysis_defaults() {
+        assert_eq!(Config::default().params(), Params::default());
     }
 
     /// The example file loads and equals the defaults it documents.
