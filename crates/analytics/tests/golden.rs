@@ -1,9 +1,11 @@
 //! Golden results of every query on the fixtures: each table every query produces is
-//! rendered (rows sorted, so plan order cannot matter) and compared with
-//! tests/golden/<fixture>/<table>.txt.
+//! rendered one record per line (`column=value`, separated by two spaces; floats to six
+//! significant digits; `null` where there is no value), the lines sorted so plan order
+//! cannot matter, and compared with tests/golden/<fixture>/<table>.txt. A changed figure
+//! shows in a diff as its record's line.
 //!
 //! After an intended change, regenerate with
-//! `STORMGLASS_BLESS=1 cargo nextest run -p stormglass-analytics --test golden`
+//! `STORMGLASS_BLESS=1 cargo nextest run --workspace -E 'binary(golden)'`
 //! and review the diff like code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,6 +14,9 @@ mod fixtures;
 
 use std::path::PathBuf;
 
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Float64Type};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
 use fixtures::Spans;
 use stormglass_analytics::{
     Engine,
@@ -48,10 +53,7 @@ async fn check(name: &str, build: fn(&mut Spans, u32)) {
             .collect()
             .await
             .unwrap();
-        let text = arrow::util::pretty::pretty_format_batches(&batches)
-            .unwrap()
-            .to_string();
-        let rendered = sorted(&text);
+        let rendered = records(&batches);
         let path = dir.join(format!("{table}.txt"));
         if bless {
             std::fs::create_dir_all(&dir).unwrap();
@@ -74,20 +76,65 @@ async fn check(name: &str, build: fn(&mut Spans, u32)) {
     );
 }
 
-/// A pretty-printed table with its data rows sorted (header and borders kept in place).
-fn sorted(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() < 4 {
-        return format!("{text}\n");
+/// The batches' rows, one line each, sorted; an empty table is one line saying so.
+fn records(batches: &[RecordBatch]) -> String {
+    let mut lines = Vec::new();
+    for batch in batches {
+        let schema = batch.schema();
+        let options = FormatOptions::default().with_null("null");
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
+        for row in 0..batch.num_rows() {
+            let cells: Vec<String> = schema
+                .fields()
+                .iter()
+                .zip(batch.columns())
+                .zip(&formatters)
+                .map(|((field, column), formatter)| {
+                    let value = match column.data_type() {
+                        DataType::Float64 if column.is_valid(row) => {
+                            significant(column.as_primitive::<Float64Type>().value(row))
+                        }
+                        _ => formatter.value(row).to_string(),
+                    };
+                    format!("{}={value}", field.name())
+                })
+                .collect();
+            lines.push(cells.join("  "));
+        }
     }
-    let (head, rest) = lines.split_at(3);
-    let (body, foot) = rest.split_at(rest.len() - 1);
-    let mut body = body.to_vec();
-    body.sort_unstable();
-    let mut out: Vec<&str> = head.to_vec();
-    out.extend(body);
-    out.extend(foot);
-    out.join("\n") + "\n"
+    if lines.is_empty() {
+        return "(no rows)\n".to_owned();
+    }
+    lines.sort_unstable();
+    lines.join("\n") + "\n"
+}
+
+/// A float to six significant digits, without trailing zeros: the accuracy no figure
+/// exceeds (quantiles are within 2%, ratios and sums exact), so a golden line moves only
+/// when a figure does.
+fn significant(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = 6 - 1 - v.abs().log10().floor() as i32;
+    let rounded = if digits >= 0 {
+        format!("{:.*}", digits as usize, v)
+    } else {
+        let scale = 10f64.powi(-digits);
+        format!("{}", (v / scale).round() * scale)
+    };
+    if rounded.contains('.') {
+        rounded
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_owned()
+    } else {
+        rounded
+    }
 }
 
 /// Golden tables of the 3x3x3 retry storm.
