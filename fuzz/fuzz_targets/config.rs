@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         let mut errors = Vec::new();
         let _: stormglass_assembly::AssemblyConfig =
             section(&mut sections, "assembly", &mut errors);
-        let _: stormglass_ingest::TlsConfig = section(&mut sections, "tls", &mut errors);
-        let _: stormglass_ingest::AuthConfig = section(&mut sections, "auth", &mut errors);
+        let _: stormglass_runtime::TlsConfig = section(&mut sections, "tls", &mut errors);
+        let _: stormglass_runtime::AuthConfig = section(&mut sections, "auth", &mut errors);
     }
 });
