@@ -279,3 +279,62 @@ fn js_sdk_coarse_clock_attempts_stay_one_call() {
     assert_eq!(edge["effective_success_rate"], 0.0);
     assert_eq!(edge["raw_success_rate"], 1.0);
 }
+
+/// A fresh instance, before any traffic, exports at 0 the counters of events it has not
+/// seen yet (refusals by transport and reason, malformed fields, notification results,
+/// folded series per metric, internal errors per task): a first refusal or failed
+/// notification is then an increase Prometheus sees, not a series appearing at 1.
+#[test]
+fn fresh_instance_exports_event_counters_at_zero() {
+    let server = Server::start(&[("STORMGLASS_SHUTDOWN__DRAIN", "0s")]);
+    let metrics = server.metrics();
+    let series = |name: &str, labels: &[&str]| {
+        metrics.iter().any(|(s, v)| {
+            s.split('{').next() == Some(name) && labels.iter().all(|l| s.contains(l)) && *v == 0.0
+        })
+    };
+    for transport in ["grpc", "http_protobuf", "http_json", "http"] {
+        for reason in [
+            "undecodable",
+            "too_large",
+            "memory_limit",
+            "concurrency",
+            "timeout",
+        ] {
+            let labels = [
+                format!("transport=\"{transport}\""),
+                format!("reason=\"{reason}\""),
+            ];
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            assert!(
+                series("stormglass_receiver_refused_requests_total", &labels),
+                "no refused_requests {labels:?} at 0"
+            );
+        }
+    }
+    for (name, labels) in [
+        (
+            "stormglass_alert_notifications_total",
+            &["receiver=\"alertmanager\"", "result=\"failed\""][..],
+        ),
+        (
+            "stormglass_alert_notifications_total",
+            &["receiver=\"webhook\"", "result=\"retried\""],
+        ),
+        (
+            "stormglass_export_overflow_total",
+            &["metric=\"stormglass_attempts_total\""],
+        ),
+        (
+            "stormglass_export_dropped_series",
+            &["metric=\"stormglass_retry_ratio\""],
+        ),
+        (
+            "stormglass_receiver_malformed_fields_total",
+            &["field=\"attempt\""],
+        ),
+        ("stormglass_internal_errors_total", &["task=\"analysis\""]),
+    ] {
+        assert!(series(name, labels), "no {name} {labels:?} at 0");
+    }
+}

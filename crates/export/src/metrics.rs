@@ -351,6 +351,13 @@ impl FigureMetrics {
         )?;
         registry.register(Box::new(overflow.clone()))?;
         registry.register(Box::new(dropped_gauges.clone()))?;
+        // At 0 from the start, per metric: counters and histograms fold, gauges drop.
+        for spec in COUNTERS.iter().chain(HISTOGRAMS.iter()) {
+            overflow.with_label_values(&[spec.name]);
+        }
+        for spec in GAUGES.iter() {
+            dropped_gauges.with_label_values(&[spec.name]).set(0);
+        }
         let descs = COUNTERS
             .iter()
             .chain(HISTOGRAMS.iter())

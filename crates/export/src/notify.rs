@@ -312,6 +312,13 @@ impl AlertEvaluator {
         for state in ["pending", "firing"] {
             alerts.with_label_values(&[state]).set(0);
         }
+        // At 0 from the start: StormglassNotificationsFailing's increase() sees a first
+        // failed notification (a series that appears at 1 is not an increase).
+        for receiver in ["alertmanager", "webhook"] {
+            for result in ["sent", "retried", "failed"] {
+                notifications.with_label_values(&[receiver, result]);
+            }
+        }
         // The drift baseline, so Prometheus' StormglassLatencyDrift compares with the same
         // values as this evaluator.
         let baseline = GaugeVec::new(

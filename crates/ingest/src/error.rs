@@ -49,6 +49,19 @@ pub enum IngestError {
 
 impl IngestError {
     /// Label for `stormglass_receiver_refused_*_total{reason}`.
+    /// Every `reason` label [`IngestError::reason`] gives, for series at 0 from the start.
+    pub const REASONS: [&'static str; 9] = [
+        "undecodable",
+        "too_large",
+        "unsupported_content_type",
+        "unsupported_encoding",
+        "memory_limit",
+        "max_spans",
+        "concurrency",
+        "unauthenticated",
+        "timeout",
+    ];
+
     pub fn reason(&self) -> &'static str {
         match self {
             IngestError::Undecodable { .. } => "undecodable",

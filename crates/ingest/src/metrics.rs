@@ -3,6 +3,7 @@
 
 use prometheus::{IntCounterVec, Opts, Registry};
 use stormglass_model::EncodeReport;
+use stormglass_model::conventions::Concept;
 
 use crate::error::IngestError;
 
@@ -49,7 +50,20 @@ impl IngestMetrics {
                 &["field"],
             )?,
         };
-        // Series exist from the start (at 0), so rates and dashboards have no gaps.
+        // Series exist from the start (at 0), so rates and dashboards have no gaps, and a
+        // first refusal is an increase Prometheus sees (a series that appears at 1 is not).
+        for transport in Transport::ALL {
+            for reason in IngestError::REASONS {
+                metrics
+                    .refused_requests
+                    .with_label_values(&[transport.as_str(), reason]);
+            }
+        }
+        for concept in Concept::ALL.iter().filter(|c| c.is_consumed()) {
+            metrics
+                .malformed_fields
+                .with_label_values(&[concept.as_str()]);
+        }
         for transport in [
             Transport::Grpc,
             Transport::HttpProtobuf,
@@ -137,6 +151,14 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// Every transport label.
+    pub const ALL: [Transport; 4] = [
+        Transport::Grpc,
+        Transport::HttpProtobuf,
+        Transport::HttpJson,
+        Transport::Http,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Grpc => "grpc",

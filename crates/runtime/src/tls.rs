@@ -132,6 +132,9 @@ impl Tls {
             &["listener"],
         )?;
         registry.register(Box::new(failures.clone()))?;
+        for listener in ["grpc", "http", "api"] {
+            failures.with_label_values(&[listener]);
+        }
         Ok(Some(Tls {
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
             failures,
