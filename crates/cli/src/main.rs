@@ -79,6 +79,10 @@ enum Command {
         /// Configuration file for thresholds (the same file `serve` reads).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// List every orphan pair in the table, not only the 20 with the most work after
+        /// cancel (the JSON lists them all either way).
+        #[arg(long)]
+        all: bool,
     },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
     /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
@@ -222,8 +226,9 @@ fn main() -> ExitCode {
             files,
             format,
             config,
+            all,
         } => offline(config, |config| async move {
-            offline::analyze(&config, &files, format).await
+            offline::analyze(&config, &files, format, all).await
         }),
         Command::Query {
             sql,

@@ -49,7 +49,12 @@ fn report_skipped(summary: &LoadSummary) {
 }
 
 /// `stormglass analyze FILE...`: the report over every trace in the files.
-pub async fn analyze(config: &Config, paths: &[PathBuf], format: Format) -> anyhow::Result<()> {
+pub async fn analyze(
+    config: &Config,
+    paths: &[PathBuf],
+    format: Format,
+    all_orphans: bool,
+) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     // The report reads only what the analysis does.
     let (batches, mut summary) = files::read(paths, &config.conventions(), Columns::Analysed);
@@ -75,7 +80,7 @@ pub async fn analyze(config: &Config, paths: &[PathBuf], format: Format) -> anyh
     report.alerts = alerts::evaluate(&report, &config.alerts);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Table => print!("{}", table::report(&report)),
+        Format::Table => print!("{}", table::report(&report, all_orphans)),
     }
     Ok(())
 }

@@ -37,7 +37,10 @@ fn grid(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-pub fn report(r: &Report) -> String {
+/// Orphan pairs the table lists unless told to list all: the largest by work after cancel.
+pub const LISTED_ORPHANS: usize = 20;
+
+pub fn report(r: &Report, all_orphans: bool) -> String {
     let mut out = String::new();
     let w = &r.window;
     let _ = writeln!(
@@ -197,8 +200,21 @@ pub fn report(r: &Report) -> String {
     out += &grid(&["severity", "kind", "where", "count", "example"], &rows);
 
     let _ = writeln!(out, "\nOrphan pairs (caller gave up, callee kept working)");
-    let rows: Vec<Vec<String>> = r
-        .orphans
+    // The largest first (pairs whose server span never arrived, without a measure, last).
+    let mut orphans: Vec<_> = r.orphans.iter().collect();
+    orphans.sort_by(|a, b| {
+        let work = |o: &&stormglass_analytics::report::Orphan| o.work_after_cancel_ms;
+        work(b)
+            .partial_cmp(&work(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    if !all_orphans {
+        orphans.truncate(LISTED_ORPHANS);
+    }
+    // Every pair is counted on its edge; the report lists the most recent ones.
+    let counted: u64 = r.edges.iter().map(|e| e.orphan_pairs).sum();
+    let pairs = counted.max(r.orphans.len() as u64);
+    let rows: Vec<Vec<String>> = orphans
         .iter()
         .map(|o| {
             vec![
@@ -213,6 +229,13 @@ pub fn report(r: &Report) -> String {
         &["trace", "edge", "work after cancel ms", "server outcome"],
         &rows,
     );
+    let rest = pairs.saturating_sub(rows.len() as u64);
+    if rest > 0 {
+        let _ = writeln!(
+            out,
+            "  ... and {rest} more (`--all` lists every one the report holds; the JSON has them)"
+        );
+    }
 
     let _ = writeln!(out, "\nAlerts whose condition holds");
     let rows: Vec<Vec<String>> = r
@@ -230,4 +253,36 @@ pub fn report(r: &Report) -> String {
         .collect();
     out += &grid(&["severity", "alert", "labels", "value"], &rows);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stormglass_analytics::report::Orphan;
+
+    /// The table lists the 20 orphan pairs with the most work after cancel and counts the
+    /// rest; `--all` lists every one.
+    #[test]
+    fn orphans_table_lists_the_largest() {
+        let storm = Report {
+            orphans: (0..25)
+                .map(|i| Orphan {
+                    trace_id: format!("trace-{i:02}"),
+                    caller: "web".into(),
+                    callee: "api".into(),
+                    operation: "GET".into(),
+                    work_after_cancel_ms: Some(f64::from(i)),
+                    server_outcome: "ok".into(),
+                })
+                .collect(),
+            ..Report::default()
+        };
+        let text = report(&storm, false);
+        assert!(text.contains("trace-24"), "{text}");
+        assert!(text.contains("trace-05"), "{text}");
+        assert!(!text.contains("trace-04"), "{text}");
+        assert!(text.contains("... and 5 more"), "{text}");
+        let all = report(&storm, true);
+        assert!(all.contains("trace-00") && !all.contains("more ("), "{all}");
+    }
 }
