@@ -24,7 +24,7 @@
 //! `stormglass_export_dropped_series`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
 
 use prometheus::core::{Collector, Desc};
@@ -53,238 +53,332 @@ const fn spec(name: &'static str, help: &'static str, labels: &'static [&'static
     Spec { name, help, labels }
 }
 
-// Counter families, in docs/metrics.md's order; indexes into `State::counters`.
-const LOGICAL_CALLS: usize = 0;
-const ATTEMPTS: usize = 1;
-const ENTRY_REQUESTS: usize = 2;
-const LAYER_ATTEMPTS: usize = 3;
-const LAYER_BASELINE: usize = 4;
-const ORPHAN_PAIRS: usize = 5;
-const ORPHAN_WORK: usize = 6;
-const UNSAFE_RETRIES: usize = 7;
-const TIMEOUT_RETRIES_ON_WRITES: usize = 8;
-const IMMEDIATE_RETRIES: usize = 9;
-const DEADLINE_VIOLATIONS: usize = 10;
-const MULTI_LAYER: usize = 11;
-const BROKEN_TRACES: usize = 12;
-const BUDGETED_ATTEMPTS: usize = 13;
-const DEADLINE_SECONDS: usize = 14;
-const HIDDEN_ATTEMPTS: usize = 15;
-const INFERRED_ATTEMPTS: usize = 16;
-const HEDGED_ATTEMPTS: usize = 17;
-const INSTANCE_RETRIES: usize = 18;
-const OTHER_INSTANCE_RETRIES: usize = 19;
+/// The counter families, in docs/metrics.md's order; each indexes `State::counters`
+/// (`as usize`), in the order of `ALL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counter {
+    LogicalCalls,
+    Attempts,
+    EntryRequests,
+    LayerAttempts,
+    LayerBaseline,
+    OrphanPairs,
+    OrphanWork,
+    UnsafeRetries,
+    TimeoutRetriesOnWrites,
+    ImmediateRetries,
+    DeadlineViolations,
+    MultiLayer,
+    BrokenTraces,
+    BudgetedAttempts,
+    DeadlineSeconds,
+    HiddenAttempts,
+    InferredAttempts,
+    HedgedAttempts,
+    InstanceRetries,
+    OtherInstanceRetries,
+}
 
-const COUNTERS: [Spec; 20] = [
-    spec(
-        "stormglass_logical_calls_total",
-        "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
-        &[
-            "caller",
-            "callee",
-            "operation",
-            "first_outcome",
-            "final_outcome",
-        ],
-    ),
-    spec(
-        "stormglass_attempts_total",
-        "Attempts, first or retry, by outcome class and cause (a retry's cause; none for first attempts).",
-        &[
-            "caller",
-            "callee",
-            "operation",
-            "attempt",
-            "outcome",
-            "cause",
-        ],
-    ),
-    spec(
-        "stormglass_entry_requests_total",
-        "Requests entering the system (root SERVER/CONSUMER spans), by entry service and operation.",
-        &["service", "operation"],
-    ),
-    spec(
-        "stormglass_layer_attempts_total",
-        "Attempts (and entry requests) received by a layer; divided by the baseline it is the amplification.",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_layer_baseline_attempts_total",
-        "Attempts a layer would have received with no retry anywhere upstream.",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_orphan_pairs_total",
-        "Cancelled or timed-out attempts whose callee kept working, by the callee's outcome (ok/failed/pending).",
-        &["caller", "callee", "operation", "server_outcome"],
-    ),
-    spec(
-        "stormglass_orphan_work_seconds_total",
-        "Seconds callees kept working after their caller cancelled or timed out.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_unsafe_retries_total",
-        "Retries of non-idempotent operations without an idempotency key.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_timeout_retries_on_writes_total",
-        "Retries caused by a deadline on non-idempotent operations (double-write risk).",
-        EDGE,
-    ),
-    spec(
-        "stormglass_immediate_retries_total",
-        "Retries started sooner than advice.min_backoff_ms after the previous attempt.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_deadline_violations_total",
-        "Deadline budget violations: inversion, overcommit, not_propagated.",
-        &["caller", "callee", "kind"],
-    ),
-    spec(
-        "stormglass_multi_layer_retry_traces_total",
-        "Traces in which two or more distinct callers retried, by entry service.",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_broken_traces_total",
-        "Traces with a span whose parent never arrived (a subtree that looks like its own entry), by the service of that span.",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_budgeted_attempts_total",
-        "Attempts that carry a budget (a deadline): the attempts stormglass_timeout_seconds is the median of.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_attempt_deadline_seconds_total",
-        "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_hidden_attempts_total",
-        "Attempts read from SERVER spans that carry no attempt number: re-sends below the caller's CLIENT span (client library, proxy), calls from uninstrumented callers.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_inferred_attempts_total",
-        "Attempts joined to their call as an application loop's retries (unnumbered sibling CLIENT spans after a retryable failure).",
-        EDGE,
-    ),
-    spec(
-        "stormglass_hedged_attempts_total",
-        "Hedged attempts: started before an earlier attempt of the call had ended (counted as attempts, not as retries).",
-        EDGE,
-    ),
-    spec(
-        "stormglass_instance_retries_total",
-        "Retries whose SERVER span's instance and the previous attempt's are both known (service.instance.id, else host.name).",
-        EDGE,
-    ),
-    spec(
-        "stormglass_other_instance_retries_total",
-        "Retries that reached another instance than the attempt before: divided by stormglass_instance_retries_total, the share of retries that moved.",
-        EDGE,
-    ),
-];
+impl Counter {
+    const ALL: [Counter; 20] = [
+        Counter::LogicalCalls,
+        Counter::Attempts,
+        Counter::EntryRequests,
+        Counter::LayerAttempts,
+        Counter::LayerBaseline,
+        Counter::OrphanPairs,
+        Counter::OrphanWork,
+        Counter::UnsafeRetries,
+        Counter::TimeoutRetriesOnWrites,
+        Counter::ImmediateRetries,
+        Counter::DeadlineViolations,
+        Counter::MultiLayer,
+        Counter::BrokenTraces,
+        Counter::BudgetedAttempts,
+        Counter::DeadlineSeconds,
+        Counter::HiddenAttempts,
+        Counter::InferredAttempts,
+        Counter::HedgedAttempts,
+        Counter::InstanceRetries,
+        Counter::OtherInstanceRetries,
+    ];
 
-// Histogram families; indexes into `State::histograms`.
-const LAYER_DURATION: usize = 0;
-const REMAINING_BUDGET: usize = 1;
+    /// Name, help and labels: the catalogue.
+    const fn spec(self) -> Spec {
+        match self {
+            Counter::LogicalCalls => spec(
+                "stormglass_logical_calls_total",
+                "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
+                &[
+                    "caller",
+                    "callee",
+                    "operation",
+                    "first_outcome",
+                    "final_outcome",
+                ],
+            ),
+            Counter::Attempts => spec(
+                "stormglass_attempts_total",
+                "Attempts, first or retry, by outcome class and cause (a retry's cause; none for first attempts).",
+                &[
+                    "caller",
+                    "callee",
+                    "operation",
+                    "attempt",
+                    "outcome",
+                    "cause",
+                ],
+            ),
+            Counter::EntryRequests => spec(
+                "stormglass_entry_requests_total",
+                "Requests entering the system (root SERVER/CONSUMER spans), by entry service and operation.",
+                &["service", "operation"],
+            ),
+            Counter::LayerAttempts => spec(
+                "stormglass_layer_attempts_total",
+                "Attempts (and entry requests) received by a layer; divided by the baseline it is the amplification.",
+                SERVICE,
+            ),
+            Counter::LayerBaseline => spec(
+                "stormglass_layer_baseline_attempts_total",
+                "Attempts a layer would have received with no retry anywhere upstream.",
+                SERVICE,
+            ),
+            Counter::OrphanPairs => spec(
+                "stormglass_orphan_pairs_total",
+                "Cancelled or timed-out attempts whose callee kept working, by the callee's outcome (ok/failed/pending).",
+                &["caller", "callee", "operation", "server_outcome"],
+            ),
+            Counter::OrphanWork => spec(
+                "stormglass_orphan_work_seconds_total",
+                "Seconds callees kept working after their caller cancelled or timed out.",
+                EDGE,
+            ),
+            Counter::UnsafeRetries => spec(
+                "stormglass_unsafe_retries_total",
+                "Retries of non-idempotent operations without an idempotency key.",
+                EDGE,
+            ),
+            Counter::TimeoutRetriesOnWrites => spec(
+                "stormglass_timeout_retries_on_writes_total",
+                "Retries caused by a deadline on non-idempotent operations (double-write risk).",
+                EDGE,
+            ),
+            Counter::ImmediateRetries => spec(
+                "stormglass_immediate_retries_total",
+                "Retries started sooner than advice.min_backoff_ms after the previous attempt.",
+                EDGE,
+            ),
+            Counter::DeadlineViolations => spec(
+                "stormglass_deadline_violations_total",
+                "Deadline budget violations: inversion, overcommit, not_propagated.",
+                &["caller", "callee", "kind"],
+            ),
+            Counter::MultiLayer => spec(
+                "stormglass_multi_layer_retry_traces_total",
+                "Traces in which two or more distinct callers retried, by entry service.",
+                SERVICE,
+            ),
+            Counter::BrokenTraces => spec(
+                "stormglass_broken_traces_total",
+                "Traces with a span whose parent never arrived (a subtree that looks like its own entry), by the service of that span.",
+                SERVICE,
+            ),
+            Counter::BudgetedAttempts => spec(
+                "stormglass_budgeted_attempts_total",
+                "Attempts that carry a budget (a deadline): the attempts stormglass_timeout_seconds is the median of.",
+                EDGE,
+            ),
+            Counter::DeadlineSeconds => spec(
+                "stormglass_attempt_deadline_seconds_total",
+                "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
+                EDGE,
+            ),
+            Counter::HiddenAttempts => spec(
+                "stormglass_hidden_attempts_total",
+                "Attempts read from SERVER spans that carry no attempt number: re-sends below the caller's CLIENT span (client library, proxy), calls from uninstrumented callers.",
+                EDGE,
+            ),
+            Counter::InferredAttempts => spec(
+                "stormglass_inferred_attempts_total",
+                "Attempts joined to their call as an application loop's retries (unnumbered sibling CLIENT spans after a retryable failure).",
+                EDGE,
+            ),
+            Counter::HedgedAttempts => spec(
+                "stormglass_hedged_attempts_total",
+                "Hedged attempts: started before an earlier attempt of the call had ended (counted as attempts, not as retries).",
+                EDGE,
+            ),
+            Counter::InstanceRetries => spec(
+                "stormglass_instance_retries_total",
+                "Retries whose SERVER span's instance and the previous attempt's are both known (service.instance.id, else host.name).",
+                EDGE,
+            ),
+            Counter::OtherInstanceRetries => spec(
+                "stormglass_other_instance_retries_total",
+                "Retries that reached another instance than the attempt before: divided by stormglass_instance_retries_total, the share of retries that moved.",
+                EDGE,
+            ),
+        }
+    }
+}
 
-const HISTOGRAMS: [Spec; 2] = [
-    spec(
-        "stormglass_layer_duration_seconds",
-        "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_remaining_budget_seconds",
-        "The caller's remaining budget when an attempt starts: the deadline of its nearest budgeted ancestor minus the time already spent (0 when spent).",
-        EDGE,
-    ),
-];
+/// Every counter family's spec, in [`Counter::ALL`]'s order.
+static COUNTERS: LazyLock<[Spec; 20]> = LazyLock::new(|| Counter::ALL.map(Counter::spec));
 
-const GAUGES: [Spec; 15] = [
-    spec(
-        "stormglass_effective_success_ratio",
-        "Window: logical calls whose first attempt succeeded / logical calls.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_raw_success_ratio",
-        "Window: logical calls whose final attempt succeeded / logical calls.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_retry_contribution_ratio",
-        "Window: successful logical calls that needed a retry / successful logical calls.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_retry_success_ratio",
-        "Window: successful retry attempts / retry attempts.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_retry_ratio",
-        "Window: retry attempts / first attempts.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_amplification_ratio",
-        "Window: attempts received by the layer / attempts it would receive with no retry upstream.",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_storm_potential_ratio",
-        "Window: product of (max attempt number + 1) along the deepest call chain below the entry operation.",
-        &["service", "operation"],
-    ),
-    spec(
-        "stormglass_layer_latency_p99_seconds",
-        "Window: P99 layer latency (log-bucketed, within 2%).",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_layer_latency_p999_seconds",
-        "Window: P99.9 layer latency (log-bucketed, within 2%).",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_layer_tail_ratio",
-        "Window: P99.9 / P99 layer latency.",
-        SERVICE,
-    ),
-    spec(
-        "stormglass_timeout_seconds",
-        "Window: median deadline the caller gives the callee's operation.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_recommended_timeout_seconds",
-        "Window: callee P99.9 x advice.timeout_factor.",
-        EDGE,
-    ),
-    spec(
-        "stormglass_callee_latency_p999_seconds",
-        "Window: the callee's P99.9 latency, per edge (what stormglass_timeout_seconds is compared with).",
-        EDGE,
-    ),
-    spec(
-        "stormglass_clock_skew_seconds",
-        "Window: how far the callee's clock reads ahead of the caller's, estimated from their answered calls (corrected before orphan and deadline checks).",
-        &["caller", "callee"],
-    ),
-    spec(
-        "stormglass_instrumentation_coverage_ratio",
-        "Window: share of the edge's attempts whose spans carry what a figure needs, by field (attempt_number, cause, deadline, idempotency, server_spans; and how attempts were found: from_server_spans, inferred).",
-        &["caller", "callee", "operation", "field"],
-    ),
-];
+/// The histogram families; each indexes `State::histograms` (`as usize`), in the order of `ALL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Histogram {
+    LayerDuration,
+    RemainingBudget,
+}
+
+impl Histogram {
+    const ALL: [Histogram; 2] = [Histogram::LayerDuration, Histogram::RemainingBudget];
+
+    /// Name, help and labels: the catalogue.
+    const fn spec(self) -> Spec {
+        match self {
+            Histogram::LayerDuration => spec(
+                "stormglass_layer_duration_seconds",
+                "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
+                SERVICE,
+            ),
+            Histogram::RemainingBudget => spec(
+                "stormglass_remaining_budget_seconds",
+                "The caller's remaining budget when an attempt starts: the deadline of its nearest budgeted ancestor minus the time already spent (0 when spent).",
+                EDGE,
+            ),
+        }
+    }
+}
+
+/// Every histogram family's spec, in [`Histogram::ALL`]'s order.
+static HISTOGRAMS: LazyLock<[Spec; 2]> = LazyLock::new(|| Histogram::ALL.map(Histogram::spec));
+
+/// The gauge families; each indexes `State::gauges` (`as usize`), in the order of `ALL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gauge {
+    EffectiveSuccess,
+    RawSuccess,
+    RetryContribution,
+    RetrySuccess,
+    RetryRatio,
+    Amplification,
+    StormPotential,
+    LayerP99,
+    LayerP999,
+    TailRatio,
+    Timeout,
+    RecommendedTimeout,
+    CalleeP999,
+    ClockSkew,
+    Coverage,
+}
+
+impl Gauge {
+    const ALL: [Gauge; 15] = [
+        Gauge::EffectiveSuccess,
+        Gauge::RawSuccess,
+        Gauge::RetryContribution,
+        Gauge::RetrySuccess,
+        Gauge::RetryRatio,
+        Gauge::Amplification,
+        Gauge::StormPotential,
+        Gauge::LayerP99,
+        Gauge::LayerP999,
+        Gauge::TailRatio,
+        Gauge::Timeout,
+        Gauge::RecommendedTimeout,
+        Gauge::CalleeP999,
+        Gauge::ClockSkew,
+        Gauge::Coverage,
+    ];
+
+    /// Name, help and labels: the catalogue.
+    const fn spec(self) -> Spec {
+        match self {
+            Gauge::EffectiveSuccess => spec(
+                "stormglass_effective_success_ratio",
+                "Window: logical calls whose first attempt succeeded / logical calls.",
+                EDGE,
+            ),
+            Gauge::RawSuccess => spec(
+                "stormglass_raw_success_ratio",
+                "Window: logical calls whose final attempt succeeded / logical calls.",
+                EDGE,
+            ),
+            Gauge::RetryContribution => spec(
+                "stormglass_retry_contribution_ratio",
+                "Window: successful logical calls that needed a retry / successful logical calls.",
+                EDGE,
+            ),
+            Gauge::RetrySuccess => spec(
+                "stormglass_retry_success_ratio",
+                "Window: successful retry attempts / retry attempts.",
+                EDGE,
+            ),
+            Gauge::RetryRatio => spec(
+                "stormglass_retry_ratio",
+                "Window: retry attempts / first attempts.",
+                EDGE,
+            ),
+            Gauge::Amplification => spec(
+                "stormglass_amplification_ratio",
+                "Window: attempts received by the layer / attempts it would receive with no retry upstream.",
+                SERVICE,
+            ),
+            Gauge::StormPotential => spec(
+                "stormglass_storm_potential_ratio",
+                "Window: product of (max attempt number + 1) along the deepest call chain below the entry operation.",
+                &["service", "operation"],
+            ),
+            Gauge::LayerP99 => spec(
+                "stormglass_layer_latency_p99_seconds",
+                "Window: P99 layer latency (log-bucketed, within 2%).",
+                SERVICE,
+            ),
+            Gauge::LayerP999 => spec(
+                "stormglass_layer_latency_p999_seconds",
+                "Window: P99.9 layer latency (log-bucketed, within 2%).",
+                SERVICE,
+            ),
+            Gauge::TailRatio => spec(
+                "stormglass_layer_tail_ratio",
+                "Window: P99.9 / P99 layer latency.",
+                SERVICE,
+            ),
+            Gauge::Timeout => spec(
+                "stormglass_timeout_seconds",
+                "Window: median deadline the caller gives the callee's operation.",
+                EDGE,
+            ),
+            Gauge::RecommendedTimeout => spec(
+                "stormglass_recommended_timeout_seconds",
+                "Window: callee P99.9 x advice.timeout_factor.",
+                EDGE,
+            ),
+            Gauge::CalleeP999 => spec(
+                "stormglass_callee_latency_p999_seconds",
+                "Window: the callee's P99.9 latency, per edge (what stormglass_timeout_seconds is compared with).",
+                EDGE,
+            ),
+            Gauge::ClockSkew => spec(
+                "stormglass_clock_skew_seconds",
+                "Window: how far the callee's clock reads ahead of the caller's, estimated from their answered calls (corrected before orphan and deadline checks).",
+                &["caller", "callee"],
+            ),
+            Gauge::Coverage => spec(
+                "stormglass_instrumentation_coverage_ratio",
+                "Window: share of the edge's attempts whose spans carry what a figure needs, by field (attempt_number, cause, deadline, idempotency, server_spans; and how attempts were found: from_server_spans, inferred).",
+                &["caller", "callee", "operation", "field"],
+            ),
+        }
+    }
+}
+
+/// Every gauge family's spec, in [`Gauge::ALL`]'s order.
+static GAUGES: LazyLock<[Spec; 15]> = LazyLock::new(|| Gauge::ALL.map(Gauge::spec));
 
 type Key = Vec<String>;
 
@@ -415,7 +509,7 @@ impl FigureMetrics {
         let state = &mut *state;
         Self::apply_deferred(state);
         let mut add =
-            |family: usize, labels: Vec<String>, v: f64| self.add(state, family, labels, v);
+            |family: Counter, labels: Vec<String>, v: f64| self.add(state, family, labels, v);
 
         for r in table_rows::<CallRow>(partials, "partial_calls") {
             let labels = vec![
@@ -425,7 +519,7 @@ impl FigureMetrics {
                 r.first_outcome,
                 r.final_outcome,
             ];
-            add(LOGICAL_CALLS, labels, r.calls);
+            add(Counter::LogicalCalls, labels, r.calls);
         }
         for r in table_rows::<AttemptRow>(partials, "partial_attempts") {
             let labels = vec![
@@ -436,44 +530,52 @@ impl FigureMetrics {
                 r.outcome,
                 r.cause,
             ];
-            add(ATTEMPTS, labels, r.attempts);
+            add(Counter::Attempts, labels, r.attempts);
         }
         for r in table_rows::<EntryRow>(partials, "partial_entries") {
-            add(ENTRY_REQUESTS, vec![r.service, r.operation], r.requests);
+            add(
+                Counter::EntryRequests,
+                vec![r.service, r.operation],
+                r.requests,
+            );
         }
         for r in table_rows::<LayerRow>(partials, "partial_layers") {
-            add(LAYER_ATTEMPTS, vec![r.service.clone()], r.received);
-            add(LAYER_BASELINE, vec![r.service], r.baseline);
+            add(Counter::LayerAttempts, vec![r.service.clone()], r.received);
+            add(Counter::LayerBaseline, vec![r.service], r.baseline);
         }
         for r in table_rows::<EdgeRow>(partials, "partial_edges") {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
-            add(UNSAFE_RETRIES, edge.clone(), r.unsafe_retries);
+            add(Counter::UnsafeRetries, edge.clone(), r.unsafe_retries);
             add(
-                TIMEOUT_RETRIES_ON_WRITES,
+                Counter::TimeoutRetriesOnWrites,
                 edge.clone(),
                 r.timeout_retries_on_writes,
             );
-            add(IMMEDIATE_RETRIES, edge.clone(), r.immediate_retries);
-            add(BUDGETED_ATTEMPTS, edge.clone(), r.budgeted_attempts);
-            add(DEADLINE_SECONDS, edge.clone(), r.deadline_ms_total / 1e3);
-            add(HIDDEN_ATTEMPTS, edge.clone(), r.hidden_attempts);
-            add(INFERRED_ATTEMPTS, edge.clone(), r.inferred_attempts);
-            add(HEDGED_ATTEMPTS, edge.clone(), r.hedged_attempts);
-            add(INSTANCE_RETRIES, edge.clone(), r.instance_retries);
+            add(Counter::ImmediateRetries, edge.clone(), r.immediate_retries);
+            add(Counter::BudgetedAttempts, edge.clone(), r.budgeted_attempts);
             add(
-                OTHER_INSTANCE_RETRIES,
+                Counter::DeadlineSeconds,
+                edge.clone(),
+                r.deadline_ms_total / 1e3,
+            );
+            add(Counter::HiddenAttempts, edge.clone(), r.hidden_attempts);
+            add(Counter::InferredAttempts, edge.clone(), r.inferred_attempts);
+            add(Counter::HedgedAttempts, edge.clone(), r.hedged_attempts);
+            add(Counter::InstanceRetries, edge.clone(), r.instance_retries);
+            add(
+                Counter::OtherInstanceRetries,
                 edge.clone(),
                 r.other_instance_retries,
             );
-            add(ORPHAN_WORK, edge.clone(), 0.0);
+            add(Counter::OrphanWork, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
                 labels.push(outcome.to_owned());
-                add(ORPHAN_PAIRS, labels, 0.0);
+                add(Counter::OrphanPairs, labels, 0.0);
             }
             for kind in ["inversion", "overcommit", "not_propagated"] {
                 add(
-                    DEADLINE_VIOLATIONS,
+                    Counter::DeadlineViolations,
                     vec![r.caller.clone(), r.callee.clone(), kind.to_owned()],
                     0.0,
                 );
@@ -483,8 +585,8 @@ impl FigureMetrics {
             let edge = vec![r.caller, r.callee, r.operation];
             let mut labels = edge.clone();
             labels.push(r.server_outcome);
-            add(ORPHAN_PAIRS, labels, r.pairs);
-            add(ORPHAN_WORK, edge, r.work_ms / 1e3);
+            add(Counter::OrphanPairs, labels, r.pairs);
+            add(Counter::OrphanWork, edge, r.work_ms / 1e3);
         }
         for r in table_rows::<FindingRow>(partials, "partial_findings") {
             let kind = match r.kind.as_str() {
@@ -494,32 +596,32 @@ impl FigureMetrics {
                 _ => continue,
             };
             add(
-                DEADLINE_VIOLATIONS,
+                Counter::DeadlineViolations,
                 vec![r.caller, r.callee, kind.to_owned()],
                 r.count,
             );
         }
         for r in table_rows::<TraceRow>(partials, "partial_traces") {
             add(
-                MULTI_LAYER,
+                Counter::MultiLayer,
                 vec![r.service.clone()],
                 r.multi_layer_retry_traces,
             );
-            add(BROKEN_TRACES, vec![r.service], r.broken_traces);
+            add(Counter::BrokenTraces, vec![r.service], r.broken_traces);
         }
 
         let latency = table_rows::<LatencyRow>(partials, "partial_latency")
             .into_iter()
             .map(|r| (vec![r.service], r.le, r.n, r.seconds));
-        self.add_histograms(state, LAYER_DURATION, latency);
+        self.add_histograms(state, Histogram::LayerDuration, latency);
         let budgets = table_rows::<BudgetRow>(partials, "partial_budgets")
             .into_iter()
             .map(|r| (vec![r.caller, r.callee, r.operation], r.le, r.n, r.seconds));
-        self.add_histograms(state, REMAINING_BUDGET, budgets);
+        self.add_histograms(state, Histogram::RemainingBudget, budgets);
     }
 
-    fn add(&self, state: &mut State, family: usize, labels: Vec<String>, v: f64) {
-        let spec = &COUNTERS[family];
+    fn add(&self, state: &mut State, family: Counter, labels: Vec<String>, v: f64) {
+        let (spec, family) = (&COUNTERS[family as usize], family as usize);
         let series = &mut state.counters[family].series;
         if let Some(total) = series.get_mut(&labels) {
             *total += v;
@@ -552,7 +654,7 @@ impl FigureMetrics {
     fn add_histograms(
         &self,
         state: &mut State,
-        family: usize,
+        family: Histogram,
         rows: impl Iterator<Item = (Key, i64, f64, f64)>,
     ) {
         let width = self.bounds.len() + 1;
@@ -570,8 +672,8 @@ impl FigureMetrics {
         }
     }
 
-    fn add_histogram(&self, state: &mut State, family: usize, key: Key, b: Buckets) {
-        let spec = &HISTOGRAMS[family];
+    fn add_histogram(&self, state: &mut State, family: Histogram, key: Key, b: Buckets) {
+        let (spec, family) = (&HISTOGRAMS[family as usize], family as usize);
         let series = &mut state.histograms[family];
         if let Some(existing) = series.get_mut(&key) {
             merge(existing, &b);
@@ -597,34 +699,42 @@ impl FigureMetrics {
     /// Replace the gauges with the figures of a window's report.
     pub fn set_window(&self, report: &Report) {
         let mut gauges: Vec<Family> = GAUGES.iter().map(|_| Family::default()).collect();
-        let mut set = |family: usize, labels: Vec<String>, v: Option<f64>| {
+        let mut set = |family: Gauge, labels: Vec<String>, v: Option<f64>| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
-                gauges[family].series.insert(labels, v);
+                gauges[family as usize].series.insert(labels, v);
             }
         };
         let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1e3);
         for e in &report.edges {
             let edge = vec![e.caller.clone(), e.callee.clone(), e.operation.clone()];
-            set(0, edge.clone(), e.effective_success_rate);
-            set(1, edge.clone(), e.raw_success_rate);
-            set(2, edge.clone(), e.retry_contribution);
-            set(3, edge.clone(), e.retry_success_rate);
-            set(4, edge.clone(), e.retry_ratio);
-            set(10, edge.clone(), seconds(e.timeout_ms));
-            set(11, edge.clone(), seconds(e.recommended_timeout_ms));
-            set(12, edge, seconds(e.callee_p999_ms));
             set(
-                13,
+                Gauge::EffectiveSuccess,
+                edge.clone(),
+                e.effective_success_rate,
+            );
+            set(Gauge::RawSuccess, edge.clone(), e.raw_success_rate);
+            set(Gauge::RetryContribution, edge.clone(), e.retry_contribution);
+            set(Gauge::RetrySuccess, edge.clone(), e.retry_success_rate);
+            set(Gauge::RetryRatio, edge.clone(), e.retry_ratio);
+            set(Gauge::Timeout, edge.clone(), seconds(e.timeout_ms));
+            set(
+                Gauge::RecommendedTimeout,
+                edge.clone(),
+                seconds(e.recommended_timeout_ms),
+            );
+            set(Gauge::CalleeP999, edge, seconds(e.callee_p999_ms));
+            set(
+                Gauge::ClockSkew,
                 vec![e.caller.clone(), e.callee.clone()],
                 seconds(e.clock_skew_ms),
             );
         }
         for l in &report.layers {
             let service = vec![l.service.clone()];
-            set(5, service.clone(), l.amplification);
-            set(7, service.clone(), seconds(l.p99_ms));
-            set(8, service.clone(), seconds(l.p999_ms));
-            set(9, service, l.tail_ratio);
+            set(Gauge::Amplification, service.clone(), l.amplification);
+            set(Gauge::LayerP99, service.clone(), seconds(l.p99_ms));
+            set(Gauge::LayerP999, service.clone(), seconds(l.p999_ms));
+            set(Gauge::TailRatio, service, l.tail_ratio);
         }
         for c in &report.coverage.edges {
             for (field, share) in c.shares.named() {
@@ -634,12 +744,12 @@ impl FigureMetrics {
                     c.operation.clone(),
                     field.to_owned(),
                 ];
-                set(14, labels, share);
+                set(Gauge::Coverage, labels, share);
             }
         }
         for e in &report.entries {
             set(
-                6,
+                Gauge::StormPotential,
                 vec![e.service.clone(), e.operation.clone()],
                 Some(e.storm_potential),
             );
@@ -883,11 +993,40 @@ mod tests {
         values.iter().map(|v| (*v).to_owned()).collect()
     }
 
+    /// Each family's variant sits at its own place in `ALL` (what indexes the state), and
+    /// no name is used twice.
+    #[test]
+    fn catalogue_is_indexed_by_its_variants() {
+        assert!(
+            Counter::ALL
+                .iter()
+                .enumerate()
+                .all(|(i, c)| *c as usize == i)
+        );
+        assert!(
+            Histogram::ALL
+                .iter()
+                .enumerate()
+                .all(|(i, h)| *h as usize == i)
+        );
+        assert!(Gauge::ALL.iter().enumerate().all(|(i, g)| *g as usize == i));
+        let mut names: Vec<&str> = COUNTERS
+            .iter()
+            .chain(HISTOGRAMS.iter())
+            .chain(GAUGES.iter())
+            .map(|s| s.name)
+            .collect();
+        let all = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all);
+    }
+
     /// Over the limit, a new edge folds into operation="__overflow__" when that series
     /// exists, otherwise into the all-identity overflow series; existing series still grow.
     #[test]
     fn folding_keeps_series_bounded() {
-        let spec = &COUNTERS[UNSAFE_RETRIES];
+        let spec = &Counter::UnsafeRetries.spec();
         let mut series = BTreeMap::new();
         series.insert(key(&["a", "b", "op1"]), 1.0);
         let Folded::Yes(first) = fold(spec, &series, key(&["a", "b", "op2"]), 1) else {
@@ -908,7 +1047,7 @@ mod tests {
     /// Closed-set labels (attempt kind, outcome) survive folding; cause, free text, folds.
     #[test]
     fn folding_keeps_closed_labels() {
-        let spec = &COUNTERS[ATTEMPTS];
+        let spec = &Counter::Attempts.spec();
         let series: BTreeMap<Key, f64> =
             [(key(&["a", "b", "op", "first", "ok", "none"]), 1.0)].into();
         let Folded::Yes(folded) = fold(
