@@ -42,6 +42,17 @@ impl Outcome {
         }
     }
 
+    /// The class named `name` (the inverse of [`Outcome::as_str`]).
+    pub fn from_class(name: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == name)
+    }
+
+    /// A failure callers retry: every failure but `client_error`, which the same request
+    /// would meet again.
+    pub fn is_retried(self) -> bool {
+        !matches!(self, Outcome::Ok | Outcome::ClientError)
+    }
+
     /// Class of a gRPC status code; `None` for 0 (OK) and codes outside the gRPC range.
     pub fn from_grpc_code(code: i64) -> Option<Outcome> {
         Some(match code {
@@ -172,6 +183,30 @@ impl OutcomeSignals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every class's name reads back as that class; failures but client errors are retried.
+    #[test]
+    fn classes_by_name_and_retried() {
+        for outcome in Outcome::ALL {
+            assert_eq!(Outcome::from_class(outcome.as_str()), Some(outcome));
+        }
+        assert_eq!(Outcome::from_class("teapot"), None);
+        let retried: Vec<&str> = Outcome::ALL
+            .into_iter()
+            .filter(|o| o.is_retried())
+            .map(Outcome::as_str)
+            .collect();
+        assert_eq!(
+            retried,
+            [
+                "deadline",
+                "cancelled",
+                "unavailable",
+                "throttled",
+                "server_error"
+            ]
+        );
+    }
 
     /// Every row of docs/instrumenting.md's gRPC column maps to its class.
     #[test]

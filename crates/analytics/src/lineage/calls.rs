@@ -2,6 +2,7 @@
 //! one before it (numbers, re-sends, hedges, loops), and each attempt's place in its call.
 
 use super::*;
+use stormglass_model::Outcome;
 
 /// SQL's ORDER BY ... ASC puts nulls last: `None` sorts after every value.
 pub(super) fn nulls_last<T: Copy + Default>(v: Option<T>) -> (bool, T) {
@@ -48,15 +49,6 @@ pub(super) struct Shape<'a> {
     /// span for its SERVER children, else the attempt itself. Calls are grouped and ordered
     /// by it, so a CLIENT span's re-sends stay together and in its place among its siblings.
     pub(super) sender: &'a [usize],
-}
-
-/// Outcomes an application loop retries (METRICS.md's failure classes minus
-/// `client_error`).
-pub(super) fn retryable(outcome: &str) -> bool {
-    matches!(
-        outcome,
-        "deadline" | "cancelled" | "unavailable" | "throttled" | "server_error"
-    )
 }
 
 /// An attempt's callee hint: its own, else its call span's (SQL's
@@ -214,7 +206,7 @@ pub(super) fn logical_calls(
             && kinds[s] == Kind::Client
             && kinds[sb] == Kind::Client
             && start.value(s) >= end.value(sb)
-            && retryable(outcome.value(sb))
+            && Outcome::from_class(outcome.value(sb)).is_some_and(Outcome::is_retried)
             && same_target(s, sb);
         loop_retry.then_some(Found::Inferred)
     };
