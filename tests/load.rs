@@ -294,6 +294,10 @@ fn overload_stays_within_the_memory_budget() {
 /// queue up until the budget is full; then the receivers refuse (memory_limit), /readyz
 /// says not ready, and the process does not grow past the budget.
 #[test]
+#[cfg_attr(
+    not(feature = "test-faults"),
+    ignore = "injects faults: needs --features stormglass/test-faults, as tests/run.sh builds"
+)]
 fn slow_analysis_makes_receivers_refuse() {
     let server = small_budget_server(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
@@ -335,6 +339,10 @@ fn slow_analysis_makes_receivers_refuse() {
 /// while the receivers keep serving, the chunk's spans still count as analysed, and
 /// /healthz recovers once a chunk is analysed again.
 #[test]
+#[cfg_attr(
+    not(feature = "test-faults"),
+    ignore = "injects faults: needs --features stormglass/test-faults, as tests/run.sh builds"
+)]
 fn analysis_panic_fails_healthz_until_it_recovers() {
     use prost::Message;
     use stormglass_model::testing::{request, span};

@@ -391,9 +391,10 @@ fn start_prometheus(dir: &Path, port: u16, config: &str) -> Daemon {
 
 /// An instant PromQL query against the Prometheus at `url`; returns the result vector.
 fn query(url: &str, promql: &str) -> Vec<Value> {
+    let url = reqwest::Url::parse_with_params(&format!("{url}/api/v1/query"), [("query", promql)])
+        .unwrap();
     let body = reqwest::blocking::Client::new()
-        .get(format!("{url}/api/v1/query"))
-        .query(&[("query", promql)])
+        .get(url)
         .send()
         .unwrap()
         .text()

@@ -78,8 +78,21 @@ cargo fmt --all -- --check
 RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-cargo build --workspace --all-targets --locked
-cargo nextest run --workspace --locked --no-fail-fast "$@"
+# `test-faults` lets the live-path tests make the analysis panic or stall (tests/load.rs); it
+# changes the binary's own crate alone.
+cargo build --workspace --all-targets --locked --features stormglass/test-faults
+cargo nextest run --workspace --locked --no-fail-fast --features stormglass/test-faults "$@"
+# The README's first command after this suite must reuse its build: the same feature set
+# everywhere (see Cargo.toml), so it compiles the workspace's own crates (built above through
+# clippy, and without `test-faults`) and no dependency.
+compiled=$(env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build -p stormglass --locked 2>&1 |
+  sed -n 's/^ *Compiling //p' | grep -v "($PWD/crates/" || true)
+if [ -n "$compiled" ]; then
+  echo "tests/run.sh: \`cargo run -p stormglass\` after the tests compiled dependencies again:" >&2
+  echo "$compiled" >&2
+  echo "a dev-dependency turns on a feature the collector's build lacks: align them in Cargo.toml" >&2
+  exit 1
+fi
 # Hostile input: each fuzz target (OTLP protobuf and OTLP/JSON into the span batch, the
 # configuration) for a bounded time; a crash fails the run.
 bash fuzz/run.sh "${FUZZ_SECONDS:-60}"

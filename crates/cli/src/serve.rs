@@ -21,7 +21,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use prometheus::Registry;
 use stormglass_analytics::{AnalysisMetrics, Engine, Faults, LiveAnalysis, TraceSink};
-use stormglass_archive::{Archive, Archived};
+use stormglass_archive::{Archive, ArchivingSink};
 use stormglass_assembly::{Assembly, AssemblyMetrics};
 use stormglass_export::{AlertEvaluator, FigureMetrics};
 use stormglass_ingest::server::ServeError;
@@ -73,12 +73,7 @@ impl Collector {
             config.alerts.clone(),
             config.analytics.interval,
         )?;
-        let faults = match std::env::var("STORMGLASS_TEST_FAULTS") {
-            Ok(text) => {
-                Faults::parse(&text).map_err(|e| anyhow::anyhow!("STORMGLASS_TEST_FAULTS: {e}"))?
-            }
-            Err(_) => Faults::default(),
-        };
+        let faults = faults_from_env()?;
         let analysis = Arc::new(
             LiveAnalysis::with_budget(
                 Engine::new(config.params()),
@@ -117,7 +112,7 @@ impl Collector {
         let pipeline = match &archive {
             // Whole spans for the archive; assembly keeps only what the analysis reads.
             Some(archive) => Pipeline::new(
-                Arc::new(Archived::new(
+                Arc::new(ArchivingSink::new(
                     archive.clone(),
                     assembly.clone(),
                     budget.clone(),
@@ -402,4 +397,21 @@ pub async fn shutdown_signal() -> anyhow::Result<&'static str> {
         }
         _ = term.recv() => Ok("SIGTERM"),
     }
+}
+
+/// The live-path tests' faults (`STORMGLASS_TEST_FAULTS`), read only in a build with the
+/// `test-faults` feature, which tests/run.sh turns on: no other binary can be made to fail.
+#[cfg(feature = "test-faults")]
+fn faults_from_env() -> anyhow::Result<Faults> {
+    match std::env::var("STORMGLASS_TEST_FAULTS") {
+        Ok(text) => {
+            Faults::parse(&text).map_err(|e| anyhow::anyhow!("STORMGLASS_TEST_FAULTS: {e}"))
+        }
+        Err(_) => Ok(Faults::default()),
+    }
+}
+
+#[cfg(not(feature = "test-faults"))]
+fn faults_from_env() -> anyhow::Result<Faults> {
+    Ok(Faults::default())
 }
