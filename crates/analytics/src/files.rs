@@ -245,7 +245,7 @@ fn load_parquet(
     // The row groups in contiguous runs, one per lane, read at once; the runs' batches in
     // the file's order.
     let groups = metadata.metadata().num_row_groups();
-    let per_lane = groups.div_ceil(crate::offline::AT_ONCE).max(1);
+    let per_lane = groups.div_ceil(crate::parallel::AT_ONCE).max(1);
     let runs: Vec<Vec<usize>> = (0..groups)
         .step_by(per_lane)
         .map(|first| (first..groups.min(first + per_lane)).collect())
@@ -276,7 +276,7 @@ fn load_parquet(
             });
         (read_batches, result)
     };
-    for (read_batches, result) in crate::offline::on_lanes(runs, read_run) {
+    for (read_batches, result) in crate::parallel::parallel_map(runs, read_run) {
         batches.extend(read_batches);
         result?;
     }

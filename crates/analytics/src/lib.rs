@@ -12,9 +12,10 @@ pub mod histogram;
 pub mod lineage;
 pub mod live;
 pub mod offline;
-mod planned;
+mod parallel;
 pub mod queries;
 pub mod report;
+pub mod table;
 
 pub use alerts::{Alert, AlertDefinition, AlertThresholds};
 pub use engine::{AnalysisError, Engine, Params, Partials, WindowContext};

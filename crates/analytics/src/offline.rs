@@ -28,16 +28,13 @@ use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use stormglass_model::{SPANS_SCHEMA, schema as col};
 
 use crate::engine::{AnalysisError, Engine, Params, Partials, WindowContext, timed};
+use crate::parallel::{AT_ONCE, parallel_map};
 use crate::{clock, files, lineage};
 
 /// Spans per chunk of a file: large enough that each query's fixed cost (a few ms per
 /// chunk) is small next to its work, small enough that a chunk's tables stay in memory the
 /// allocator reuses.
 pub const CHUNK_SPANS: usize = 1 << 17;
-
-/// Chunks analysed at once, each on its own engine; threads preparing them (and reading a
-/// Parquet file's row groups).
-pub(crate) const AT_ONCE: usize = 2;
 
 /// The analysis of a file's spans.
 #[derive(Debug)]
@@ -73,7 +70,7 @@ pub async fn analyse(
     timed("chunks: split", started);
     // Each chunk made whole (its pieces concatenated, duplicates dropped) and its clock
     // bounds found, on every lane.
-    let prepared = on_lanes(pieces, |pieces| {
+    let prepared = parallel_map(pieces, |pieces| {
         let (chunk, duplicates) = files::without_duplicates(whole(&pieces));
         let bounds = lineage::clock_bounds(&chunk);
         (chunk, duplicates, bounds)
@@ -159,7 +156,7 @@ fn by_trace(batches: Vec<RecordBatch>, count: usize) -> Vec<Vec<RecordBatch>> {
         runs.push(run);
     }
     let mut pieces: Vec<Vec<RecordBatch>> = vec![Vec::new(); count];
-    for run in on_lanes(runs, |run| split(run, count)) {
+    for run in parallel_map(runs, |run| split(run, count)) {
         for (chunk, run_pieces) in run.into_iter().enumerate() {
             pieces[chunk].extend(run_pieces);
         }
@@ -261,37 +258,6 @@ fn whole(pieces: &[RecordBatch]) -> RecordBatch {
         Ok(chunk) => chunk,
         Err(e) => unreachable!("pieces share the analysed columns of SPANS_SCHEMA: {e}"),
     }
-}
-
-/// `work` over `items` on [`AT_ONCE`] threads, the results in the items' order.
-pub(crate) fn on_lanes<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
-    let mut lanes: Vec<Vec<(usize, T)>> = (0..AT_ONCE).map(|_| Vec::new()).collect();
-    for (index, item) in items.into_iter().enumerate() {
-        lanes[index % AT_ONCE].push((index, item));
-    }
-    let work = &work;
-    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
-        let lanes: Vec<_> = lanes
-            .into_iter()
-            .map(|lane| {
-                scope.spawn(move || {
-                    lane.into_iter()
-                        .map(|(index, item)| (index, work(item)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        lanes
-            .into_iter()
-            .flat_map(|lane| match lane.join() {
-                Ok(done) => done,
-                // A panic in the work is the analysis's own, as on one thread.
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    });
-    done.sort_by_key(|(index, _)| *index);
-    done.into_iter().map(|(_, result)| result).collect()
 }
 
 /// The chunk of a trace id: a fixed hash of it (splitmix64's finaliser over both halves;

@@ -2,7 +2,7 @@
 //! receivers accept, whole (name, status message and attributes included), as Parquet files
 //! with the span schema that DuckDB, pyarrow and `stormglass analyze DIR` read as they are.
 //!
-//! Data flow: [`Archived`] sits between the receivers and assembly. A batch is archived
+//! Data flow: [`ArchivingSink`] sits between the receivers and assembly. A batch is archived
 //! *when it is accepted*, not when its trace is released: its bytes are reserved against the
 //! memory budget first (a request that would cross it is refused whole, retryably, like any
 //! other), assembly takes its analysed columns, and the whole batch goes to the archive's
@@ -306,15 +306,15 @@ impl Archive {
 }
 
 /// A [`SpanSink`] that archives every batch the inner sink (assembly) accepts.
-pub struct Archived {
+pub struct ArchivingSink {
     archive: Arc<Archive>,
     inner: Arc<dyn SpanSink>,
     budget: MemoryBudget,
 }
 
-impl Archived {
+impl ArchivingSink {
     pub fn new(archive: Arc<Archive>, inner: Arc<dyn SpanSink>, budget: MemoryBudget) -> Self {
-        Archived {
+        ArchivingSink {
             archive,
             inner,
             budget,
@@ -322,7 +322,7 @@ impl Archived {
     }
 }
 
-impl SpanSink for Archived {
+impl SpanSink for ArchivingSink {
     fn accept(&self, batch: RecordBatch) -> Result<(), SinkFull> {
         // Reserve the whole batch first: once the inner sink has it, it must be archived.
         let reservation = self

@@ -264,7 +264,7 @@ fn a_refused_batch_is_neither_held_nor_archived() {
         accepted: AtomicUsize::new(0),
         refuse: false,
     });
-    let sink = Archived::new(archive.clone(), inner.clone(), tight.clone());
+    let sink = ArchivingSink::new(archive.clone(), inner.clone(), tight.clone());
     let refused = sink
         .accept(spans.clone())
         .expect_err("over the admission share");
@@ -272,7 +272,7 @@ fn a_refused_batch_is_neither_held_nor_archived() {
     assert_eq!(inner.accepted.load(Ordering::Relaxed), 0);
 
     let roomy = MemoryBudget::unregistered(64 << 20);
-    let refusing = Archived::new(
+    let refusing = ArchivingSink::new(
         archive.clone(),
         Arc::new(Counting {
             accepted: AtomicUsize::new(0),
@@ -286,7 +286,7 @@ fn a_refused_batch_is_neither_held_nor_archived() {
     );
     assert_eq!(roomy.used(), 0);
 
-    let sink = Archived::new(archive.clone(), inner.clone(), roomy.clone());
+    let sink = ArchivingSink::new(archive.clone(), inner.clone(), roomy.clone());
     sink.accept(spans.clone()).expect("accepted");
     archive.flush();
     assert_eq!(inner.accepted.load(Ordering::Relaxed), spans.num_rows());

@@ -8,7 +8,6 @@
 
 pub mod metrics;
 pub mod notify;
-pub mod post;
 pub mod rules;
 
 pub use metrics::FigureMetrics;

@@ -232,11 +232,11 @@ impl axum::serve::Listener for TlsListener {
 struct Reloading {
     cert_file: PathBuf,
     key_file: PathBuf,
-    state: Mutex<Loaded>,
+    state: Mutex<CurrentCert>,
 }
 
 #[derive(Debug)]
-struct Loaded {
+struct CurrentCert {
     checked: Instant,
     modified: (Option<SystemTime>, Option<SystemTime>),
     key: Arc<CertifiedKey>,
@@ -249,7 +249,7 @@ impl Reloading {
         Ok(Reloading {
             cert_file: cert_file.to_owned(),
             key_file: key_file.to_owned(),
-            state: Mutex::new(Loaded {
+            state: Mutex::new(CurrentCert {
                 checked: Instant::now(),
                 modified,
                 key,

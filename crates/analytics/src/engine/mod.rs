@@ -4,7 +4,7 @@
 //! materialises every derived table of [`queries::DERIVED`] in order, then runs
 //! [`queries::PARTIALS`] over them: small, mergeable aggregates, the only thing kept per
 //! chunk. Those queries are planned once per engine and re-run over each batch (see
-//! [`crate::planned`]). [`Engine::merge`] registers the union of a window's partials as
+//! [`planned`]). [`Engine::merge`] registers the union of a window's partials as
 //! `p_*` tables and materialises [`queries::REPORT`]: the window's figures. Live analysis
 //! calls `analyse_in_window` per chunk and `merge` over the window; offline analysis does
 //! the same over a file's chunks of whole traces ([`crate::offline`]), so both read the
@@ -19,7 +19,6 @@ use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 
 use stormglass_model::SPANS_SCHEMA;
 use stormglass_model::schema as col;
@@ -30,8 +29,11 @@ use crate::lineage::{
     self, ANALYSED_LINEAGE_SCHEMA, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA,
     Detail, EDGE_NAMES, EDGE_NAMES_SCHEMA, LINEAGE, Lineage,
 };
-use crate::planned::{self, Plans};
-use crate::queries::{self, Query};
+mod planned;
+
+use crate::queries;
+pub use crate::table::{AnalysisError, Table, rows, run, table, timed};
+use planned::Plans;
 
 /// `advice.*`, `orphans.*`, `deadlines.*` and `clocks.*`: the thresholds the SQL reads from
 /// `params`.
@@ -101,40 +103,6 @@ impl Params {
             Ok(batch) => batch,
             Err(e) => unreachable!("params columns match their schema: {e}"),
         }
-    }
-}
-
-/// A query failed; names the query so the SQL file is easy to find.
-#[derive(Debug, thiserror::Error)]
-pub enum AnalysisError {
-    #[error("query {name} failed")]
-    Query {
-        name: String,
-        #[source]
-        source: DataFusionError,
-    },
-}
-
-impl AnalysisError {
-    /// Query (or table) `name` failed with `source`, a DataFusion or Arrow error.
-    pub fn query(name: &str, source: impl Into<DataFusionError>) -> AnalysisError {
-        AnalysisError::Query {
-            name: name.to_owned(),
-            source: source.into(),
-        }
-    }
-}
-
-/// A materialised table: its schema (kept even when empty) and batches.
-#[derive(Clone, Debug)]
-pub struct Table {
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
-}
-
-impl Table {
-    pub fn rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
     }
 }
 
@@ -295,7 +263,7 @@ struct PlanCache {
 
 /// The plans with one analysis's inputs held; dropping it empties every table, so no
 /// batch outlives its analysis, even one that failed or was cancelled.
-struct Loaded<'a> {
+struct AnalysisInputs<'a> {
     plans: &'a Plans,
     _turn: tokio::sync::MutexGuard<'a, ()>,
     /// `lineage` with every column ([`Detail::Query`]), for the session a user queries: the
@@ -305,7 +273,7 @@ struct Loaded<'a> {
     traces: usize,
 }
 
-impl Loaded<'_> {
+impl AnalysisInputs<'_> {
     /// Every table, as [`Plans::take`], with `lineage` in full when it was built so.
     fn take(&mut self) -> Vec<(&'static str, Table)> {
         let mut tables = self.plans.take();
@@ -320,7 +288,7 @@ impl Loaded<'_> {
     }
 }
 
-impl std::ops::Deref for Loaded<'_> {
+impl std::ops::Deref for AnalysisInputs<'_> {
     type Target = Plans;
 
     fn deref(&self) -> &Plans {
@@ -328,7 +296,7 @@ impl std::ops::Deref for Loaded<'_> {
     }
 }
 
-impl Drop for Loaded<'_> {
+impl Drop for AnalysisInputs<'_> {
     fn drop(&mut self) {
         self.plans.clear();
     }
@@ -408,12 +376,12 @@ impl Engine {
         spans: RecordBatch,
         window: &WindowContext,
         detail: Detail,
-    ) -> Result<Loaded<'_>, AnalysisError> {
+    ) -> Result<AnalysisInputs<'_>, AnalysisError> {
         let plans = self
             .plans
             .plans
             .get_or_try_init(|| async {
-                // Dynamic filters would outlive a re-run's reset (see `crate::planned`).
+                // Dynamic filters would outlive a re-run's reset (see `planned`).
                 let ctx = self.session();
                 ctx.state_ref()
                     .write()
@@ -451,7 +419,7 @@ impl Engine {
         );
         timed("lineage (Rust)", started);
         // The plans read the analysed columns; a query session gets the full table back
-        // (`Loaded::take`).
+        // (`AnalysisInputs::take`).
         let (analysed, full) = match detail {
             Detail::Analysis => (lineage, None),
             Detail::Query => {
@@ -466,7 +434,7 @@ impl Engine {
                 (analysed, Some(lineage))
             }
         };
-        let loaded = Loaded {
+        let loaded = AnalysisInputs {
             plans,
             _turn: turn,
             lineage: full,
@@ -657,31 +625,6 @@ fn same_type(read: &DataType, expected: &DataType) -> bool {
     }
 }
 
-/// Rows of a table as `T`, via Arrow's JSON writer (nulls kept, so `Option` fields see them).
-pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
-    let mut buffer = Vec::new();
-    {
-        let mut writer = arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
-        for batch in &table.batches {
-            if let Err(e) = writer.write(batch) {
-                unreachable!("tables read this way hold only JSON-representable types: {e}");
-            }
-        }
-        if let Err(e) = writer.finish() {
-            unreachable!("finishing a JSON array cannot fail on a Vec: {e}");
-        }
-    }
-    if buffer.is_empty() {
-        return Vec::new();
-    }
-    match serde_json::from_slice(&buffer) {
-        Ok(rows) => rows,
-        Err(e) => unreachable!("rows follow their query's header contract: {e}"),
-    }
-}
-
 /// The `window_timeouts` table: (service, deadline_ms) per row.
 fn window_timeouts(timeouts: &[(String, f64)]) -> RecordBatch {
     let schema = Schema::new(vec![
@@ -704,35 +647,6 @@ fn window_servers(servers: &[String]) -> RecordBatch {
         Ok(batch) => batch,
         Err(e) => unreachable!("one string column matches its schema: {e}"),
     }
-}
-
-/// Run one registered query to completion.
-pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisError> {
-    let failed = |source| AnalysisError::query(query.name, source);
-    let started = std::time::Instant::now();
-    let frame = ctx.sql(query.sql).await.map_err(failed)?;
-    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-    let batches = frame.collect().await.map_err(failed)?;
-    timed(query.name, started);
-    Ok(Table { schema, batches })
-}
-
-/// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set.
-pub fn timed(what: &str, started: std::time::Instant) {
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    tracing::debug!(what, elapsed_ms, "analysis step ran");
-    if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
-        eprintln!("{what:<28} {elapsed_ms:>9.1} ms");
-    }
-}
-
-/// Read a materialised table of a session.
-pub async fn table(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
-    let failed = |source| AnalysisError::query(name, source);
-    let frame = ctx.table(name).await.map_err(failed)?;
-    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-    let batches = frame.collect().await.map_err(failed)?;
-    Ok(Table { schema, batches })
 }
 
 /// Register batches as a table. The registered schema is the batches' own (a plan's

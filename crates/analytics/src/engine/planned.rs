@@ -32,8 +32,8 @@ use datafusion::physical_plan::{
 };
 use datafusion::prelude::SessionContext;
 
-use crate::engine::{AnalysisError, Table};
 use crate::queries::{self, Query};
+use crate::table::{AnalysisError, Table};
 
 /// A table whose batches change between runs of the plans that read it.
 #[derive(Clone, Debug)]
@@ -137,7 +137,7 @@ impl Planned {
             async { collect(reset_plan_states(self.plan.clone())?, ctx.task_ctx()).await }
                 .await
                 .map_err(|source| AnalysisError::query(self.query.name, source))?;
-        crate::engine::timed(self.query.name, started);
+        crate::table::timed(self.query.name, started);
         Ok(Table {
             schema: self.plan.schema(),
             batches,

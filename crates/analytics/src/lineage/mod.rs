@@ -108,7 +108,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use crate::clock::{self, Bound, ClockBounds};
-use crate::engine::timed;
+use crate::table::timed;
 use stormglass_model::hash::KeyedHash;
 
 use arrow::array::{

@@ -22,159 +22,30 @@
 //! do, so counters stay consistent with the report.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arrow::array::{AsArray, RecordBatch};
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
-use serde::Deserialize;
 use stormglass_assembly::{ReleasedTraces, TraceSink};
 use stormglass_model::hash::KeyedHash;
 use stormglass_model::{SPANS_SCHEMA, schema};
-use stormglass_runtime::duration;
 use stormglass_runtime::health::{error_chain, panic_message};
 use stormglass_runtime::{Health, MemoryBudget, Reservation};
 use tokio::sync::{Notify, watch};
+
+mod config;
+mod faults;
+mod metrics;
+
+pub use config::AnalyticsConfig;
+pub use faults::Faults;
+pub use metrics::AnalysisMetrics;
 
 use crate::alerts::{self, AlertThresholds};
 use crate::clock::ClockBounds;
 use crate::engine::{AnalysisError, Engine, Partials, WindowContext};
 use crate::report::{Report, WindowBounds};
-
-/// `analytics.*` configuration.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AnalyticsConfig {
-    /// Length of the sliding window the figures describe.
-    #[serde(with = "duration")]
-    pub window: Duration,
-    /// How often released traces are analysed (one partial per interval).
-    #[serde(with = "duration")]
-    pub interval: Duration,
-}
-
-impl Default for AnalyticsConfig {
-    fn default() -> Self {
-        AnalyticsConfig {
-            window: Duration::from_secs(300),
-            interval: Duration::from_secs(10),
-        }
-    }
-}
-
-impl AnalyticsConfig {
-    pub fn validate(&self, prefix: &str) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
-        if self.interval.is_zero() {
-            problems.push((
-                format!("{prefix}.interval"),
-                "must be greater than 0 (e.g. 10s)".into(),
-            ));
-        }
-        if self.window < self.interval {
-            problems.push((
-                format!("{prefix}.window"),
-                "must be at least analytics.interval (e.g. 5m)".into(),
-            ));
-        }
-        problems
-    }
-}
-
-/// Faults injected on purpose, for tests of the live path (`STORMGLASS_TEST_FAULTS`):
-/// never set in production.
-#[derive(Debug, Default)]
-pub struct Faults {
-    /// Panic inside the analysis of this many chunks.
-    pub panics: AtomicUsize,
-    /// Make every chunk's analysis take at least this long (a slow analysis).
-    pub delay: Duration,
-}
-
-impl Faults {
-    /// Parse `analysis_panics=N,analysis_delay=DURATION`.
-    pub fn parse(text: &str) -> Result<Faults, String> {
-        let mut faults = Faults::default();
-        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| format!("{item:?}: write key=value"))?;
-            match key {
-                "analysis_panics" => {
-                    let n = value.parse().map_err(|e| format!("{item:?}: {e}"))?;
-                    faults.panics = AtomicUsize::new(n);
-                }
-                "analysis_delay" => {
-                    faults.delay =
-                        humantime::parse_duration(value).map_err(|e| format!("{item:?}: {e}"))?;
-                }
-                other => return Err(format!("unknown fault {other:?}")),
-            }
-        }
-        Ok(faults)
-    }
-}
-
-/// Analysis self-metrics.
-#[derive(Clone)]
-pub struct AnalysisMetrics {
-    spans: IntCounter,
-    pending: IntGauge,
-    duration: Histogram,
-    chunk_duration: Histogram,
-    failures: IntCounter,
-}
-
-impl AnalysisMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let spans = IntCounter::new(
-            "stormglass_analysis_spans_total",
-            "Spans analysed (released by assembly and aggregated into an interval).",
-        )?;
-        let pending = IntGauge::new(
-            "stormglass_analysis_pending_spans",
-            "Released spans waiting for analysis.",
-        )?;
-        let duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "stormglass_analysis_duration_seconds",
-                "Time to finish one interval (its last chunks) and rebuild the window's report.",
-            )
-            .buckets(prometheus::exponential_buckets(0.005, 2.0, 14)?),
-        )?;
-        let chunk_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "stormglass_analysis_chunk_duration_seconds",
-                "Time to analyse one chunk of released traces into partial aggregates.",
-            )
-            .buckets(prometheus::exponential_buckets(0.005, 2.0, 14)?),
-        )?;
-        let failures = IntCounter::new(
-            "stormglass_analysis_failures_total",
-            "Chunks or reports whose analysis failed (their spans are counted as analysed but not in the figures).",
-        )?;
-        registry.register(Box::new(spans.clone()))?;
-        registry.register(Box::new(pending.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(chunk_duration.clone()))?;
-        registry.register(Box::new(failures.clone()))?;
-        Ok(AnalysisMetrics {
-            spans,
-            pending,
-            duration,
-            chunk_duration,
-            failures,
-        })
-    }
-
-    pub fn unregistered() -> Self {
-        match Self::register(&Registry::new()) {
-            Ok(m) => m,
-            Err(e) => unreachable!("a fresh registry has no conflicting metrics: {e}"),
-        }
-    }
-}
 
 /// Told about every analysed interval: its partials (what this interval added, for
 /// counters) and the window's new report (for gauges and alerts). Called on the analysis
@@ -197,19 +68,19 @@ struct Interval {
     start: SystemTime,
     end: SystemTime,
     partials: Arc<Partials>,
-    learned: Learned,
+    learned: ClocksAndTimeouts,
     _reservation: Reservation,
 }
 
 /// What later chunks of the window need from a chunk's partials (clock bounds, candidate
 /// timeouts), read once when the chunk is analysed rather than again for every chunk after.
 #[derive(Default)]
-struct Learned {
+struct ClocksAndTimeouts {
     clocks: ClockBounds,
     timeouts: Vec<(String, f64)>,
 }
 
-impl Learned {
+impl ClocksAndTimeouts {
     fn add(&mut self, partials: &Partials) {
         partials.clock_bounds_into(&mut self.clocks);
         partials.timeouts_into(&mut self.timeouts);
@@ -236,10 +107,10 @@ struct Queue {
 }
 
 /// The interval being filled: its chunks' partials so far.
-struct Current {
+struct FillingInterval {
     start: SystemTime,
     chunks: Vec<Partials>,
-    learned: Learned,
+    learned: ClocksAndTimeouts,
 }
 
 /// The live analysis: a [`TraceSink`] plus the worker.
@@ -254,7 +125,7 @@ pub struct LiveAnalysis {
     chunk_bytes: usize,
     queue: Mutex<Queue>,
     wake: Notify,
-    current: tokio::sync::Mutex<Current>,
+    filling: tokio::sync::Mutex<FillingInterval>,
     /// Services that sent SERVER spans, with when they were last seen (window membership).
     servers: Mutex<BTreeMap<String, SystemTime>>,
     window: Mutex<VecDeque<Interval>>,
@@ -314,10 +185,10 @@ impl LiveAnalysis {
             chunk_bytes,
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
-            current: tokio::sync::Mutex::new(Current {
+            filling: tokio::sync::Mutex::new(FillingInterval {
                 start: SystemTime::now(),
                 chunks: Vec::new(),
-                learned: Learned::default(),
+                learned: ClocksAndTimeouts::default(),
             }),
             servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
@@ -380,7 +251,7 @@ impl LiveAnalysis {
             }
         }
         let chunks = {
-            let mut current = self.current.lock().await;
+            let mut current = self.filling.lock().await;
             let start = std::mem::replace(&mut current.start, now);
             let learned = std::mem::take(&mut current.learned);
             (start, std::mem::take(&mut current.chunks), learned)
@@ -415,7 +286,7 @@ impl LiveAnalysis {
         start: SystemTime,
         end: SystemTime,
         partials: Arc<Partials>,
-        learned: Learned,
+        learned: ClocksAndTimeouts,
         now: SystemTime,
     ) {
         let reservation = self.budget.force(partials.memory_bytes());
@@ -486,7 +357,7 @@ impl LiveAnalysis {
                 .unwrap_or(UNIX_EPOCH);
             let start = end.checked_sub(interval).unwrap_or(UNIX_EPOCH);
             let mut chunks = Vec::new();
-            let mut learned = Learned::default();
+            let mut learned = ClocksAndTimeouts::default();
             let mut rows: Vec<u32> = Vec::new();
             let mut traces = traces.into_iter().peekable();
             while let Some(trace) = traces.next() {
@@ -590,7 +461,7 @@ impl LiveAnalysis {
                         known.insert(service, now);
                     }
                 }
-                let mut current = self.current.lock().await;
+                let mut current = self.filling.lock().await;
                 current.learned.add(&partials);
                 current.chunks.push(partials.compact());
                 self.health.ok("analysis");
@@ -633,7 +504,7 @@ impl LiveAnalysis {
         for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             interval.learned.merge_into(&mut context);
         }
-        self.current.lock().await.learned.merge_into(&mut context);
+        self.filling.lock().await.learned.merge_into(&mut context);
         context
     }
 

@@ -1,6 +1,7 @@
 //! `alerts.*`'s receiver half: where notifications go, how they authenticate, and what
 //! setting them up can fail with.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;

@@ -14,7 +14,7 @@ use tokio_rustls::rustls;
 
 use stormglass_runtime::health::error_chain;
 
-use crate::notify::{NotifyConfig, NotifyError};
+use super::config::{NotifyConfig, NotifyError};
 
 /// Posts JSON documents to receivers. Cheap to clone.
 #[derive(Clone)]

@@ -1,0 +1,347 @@
+//! Every alert: its PromQL rule and the same condition over a report.
+
+use super::*;
+
+/// Every alert of docs/alerts.md, in its order.
+pub static DEFINITIONS: &[AlertDefinition] = &[
+    AlertDefinition {
+        name: "StormglassRetryAmplificationHigh",
+        severity: "critical",
+        hold: Duration::from_secs(120),
+        summary: "{service} receives {value}x the attempts it would without retries",
+        description: "Retries above {service} multiply its load: it received {value} times the \
+            attempts it would have received with no retry anywhere upstream (threshold \
+            {threshold}). When it slows down, the retries become a storm.",
+        threshold: |t| t.amplification,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:layer_amplification:ratio_rate5m > {}",
+                    t.amplification
+                ),
+                "sum by (service) (rate(stormglass_layer_baseline_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| l.amplification,
+                |l| l.baseline_attempts as f64,
+                |v| v > t.amplification,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassRetryStormPotential",
+        severity: "warning",
+        hold: Duration::from_secs(15 * 60),
+        summary: "A full outage below {service} {operation} would multiply load by {value}",
+        description: "The retry policies along the deepest call chain below entry operation \
+            {operation} of {service} multiply to {value} (threshold {threshold}): if the \
+            bottom fails, it receives that many attempts per request. Retry at one layer only.",
+        threshold: |t| t.storm_potential,
+        expr: |t| {
+            format!(
+                "max by (service, operation) (stormglass_storm_potential_ratio) >= {}",
+                t.storm_potential
+            )
+        },
+        condition: |r, t| {
+            r.entries
+                .iter()
+                .filter(|e| e.storm_potential >= t.storm_potential)
+                .map(|e| {
+                    (
+                        labels(&[("service", &e.service), ("operation", &e.operation)]),
+                        e.storm_potential,
+                    )
+                })
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassRetryContributionHigh",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: {value} of successes needed a retry",
+        description: "A share of {value} of the successful calls from {caller} to {callee} \
+            ({operation}) succeeded only after a retry (threshold {threshold}; healthy is 5-15%). \
+            The raw success rate hides how often the first try fails.",
+        threshold: |t| t.retry_contribution,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:edge_retry_contribution:ratio_rate5m > {}",
+                    t.retry_contribution
+                ),
+                "stormglass:edge_final_ok_calls:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retry_contribution,
+                |e| e.raw_success_rate.unwrap_or(0.0) * e.logical_calls as f64,
+                |v| v > t.retry_contribution,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassRetryBudgetExceeded",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: {value} retries per first attempt",
+        description: "{caller} sends {value} retries per first attempt to {callee} \
+            ({operation}), over the retry budget of {threshold}. Retries beyond a budget add \
+            load when the callee can least take it.",
+        threshold: |t| t.retry_ratio,
+        expr: |t| {
+            guarded(
+                format!("stormglass:edge_retry:ratio_rate5m > {}", t.retry_ratio),
+                "stormglass:edge_first_attempts:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retry_ratio,
+                |e| e.attempts.saturating_sub(e.retry_attempts) as f64,
+                |v| v > t.retry_ratio,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassRetriesFailing",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: only {value} of retries succeed",
+        description: "Only {value} of the retry attempts from {caller} to {callee} \
+            ({operation}) succeed (threshold {threshold}). Retries that fail add load, not \
+            availability.",
+        threshold: |t| t.retry_success_rate,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:edge_retry_success:ratio_rate5m < {}",
+                    t.retry_success_rate
+                ),
+                "stormglass:edge_retry_attempts:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retry_success_rate,
+                |e| e.retry_attempts as f64,
+                |v| v < t.retry_success_rate,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassRetryConcentration",
+        severity: "critical",
+        hold: Duration::from_secs(60),
+        summary: "{caller} retries {callee} {value} times per minute",
+        description: "{caller} sends {value} retries per minute to {callee} (threshold \
+            {threshold}): one caller is hammering one callee.",
+        threshold: |t| t.retries_per_minute,
+        expr: |t| {
+            format!(
+                "stormglass:caller_callee_retries:per_minute_rate5m > {}",
+                t.retries_per_minute
+            )
+        },
+        condition: |r, t| {
+            let Some(minutes) = window_minutes(r) else {
+                return Vec::new();
+            };
+            let mut by_pair: HashMap<(&str, &str), u64> = HashMap::new();
+            for e in &r.edges {
+                *by_pair.entry((&e.caller, &e.callee)).or_default() += e.retry_attempts;
+            }
+            let mut pairs: Vec<_> = by_pair.into_iter().collect();
+            pairs.sort();
+            pairs
+                .into_iter()
+                .map(|((caller, callee), retries)| {
+                    (
+                        labels(&[("caller", caller), ("callee", callee)]),
+                        retries as f64 / minutes,
+                    )
+                })
+                .filter(|(_, per_minute)| *per_minute > t.retries_per_minute)
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassTailRatioHigh",
+        severity: "warning",
+        hold: Duration::from_secs(10 * 60),
+        summary: "{service}: P99.9 is {value}x P99",
+        description: "The P99.9 latency of {service} is {value} times its P99 (threshold \
+            {threshold}): the tail is deteriorating, and timeouts set at P99 cut it off.",
+        threshold: |t| t.tail_ratio,
+        expr: |t| {
+            guarded(
+                format!("stormglass:layer_tail:ratio_rate5m > {}", t.tail_ratio),
+                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| l.tail_ratio,
+                |l| l.requests as f64,
+                |v| v > t.tail_ratio,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassLatencyDrift",
+        severity: "warning",
+        hold: Duration::from_secs(30 * 60),
+        summary: "{service}: P99.9 is {value}x its baseline",
+        description: "The P99.9 latency of {service} is {value} times its baseline (the \
+            load-test report in alerts.baseline, else the same time a week earlier), more \
+            than {threshold} away: the timeouts and deadline budgets derived from the \
+            baseline no longer fit. Recompute them from the current P99.9.",
+        threshold: |t| t.latency_drift,
+        expr: |t| {
+            let ratio = "stormglass:layer_latency_p999:seconds_rate5m / \
+                (max by (service) (stormglass_layer_latency_p999_baseline_seconds) \
+                or stormglass:layer_latency_p999:seconds_rate5m offset 1w)";
+            guarded(
+                format!(
+                    "({ratio} > {} or {ratio} < {})",
+                    1.0 + t.latency_drift,
+                    1.0 - t.latency_drift
+                ),
+                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| Some(l.p999_ms? / t.baseline_p999_ms.get(&l.service)?),
+                |l| l.requests as f64,
+                |v| (v - 1.0).abs() > t.latency_drift,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassTimeoutBelowTail",
+        severity: "warning",
+        hold: Duration::from_secs(15 * 60),
+        summary: "{caller} -> {callee} {operation}: timeout below the callee's P99.9",
+        description: "{caller} gives {callee} ({operation}) a timeout of {value} s, below \
+            {callee}'s P99.9 latency: slow but healthy requests are cut off and retried. Set it \
+            to P99.9 x 1.5 (stormglass_recommended_timeout_seconds).",
+        threshold: |_| 0.0,
+        expr: |t| {
+            guarded(
+                "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
+                 stormglass:callee_latency_p999:seconds_rate5m"
+                    .to_owned(),
+                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                t,
+            )
+        },
+        condition: |r, t| {
+            r.edges
+                .iter()
+                .filter(|e| e.timeout_below_tail == Some(true) && busy(r, e.attempts as f64, t))
+                .map(|e| (edge_labels(e), e.timeout_ms.unwrap_or(0.0) / 1e3))
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassDeadlineInversion",
+        severity: "warning",
+        // Not docs/alerts.md's 5m: a single inversion keeps `increase[5m] > 0` (and the 5-minute
+        // window's findings) for just 5 minutes, so a 5m hold never fired for it. 1m fires
+        // for any inversion, in Prometheus and in the built-in evaluator.
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee}: {value} deadline inversions or overcommits",
+        description: "{caller} gives {callee} more time than it has left itself ({value} \
+            inversions or overcommitted budgets): the callee keeps working after the caller \
+            has given up.",
+        threshold: |_| 0.0,
+        expr: |_| {
+            "sum by (caller, callee) (increase(stormglass_deadline_violations_total\
+             {kind=~\"inversion|overcommit\"}[5m])) > 0"
+                .to_owned()
+        },
+        condition: |r, _| {
+            let mut budget: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+            for f in &r.findings {
+                if f.kind == "deadline_inversion" || f.kind == "overcommit" {
+                    *budget.entry((&f.caller, &f.callee)).or_default() += f.count;
+                }
+            }
+            budget
+                .into_iter()
+                .map(|((caller, callee), count)| {
+                    (
+                        labels(&[("caller", caller), ("callee", callee)]),
+                        count as f64,
+                    )
+                })
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassUnsafeRetries",
+        severity: "critical",
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee} {operation}: {value} unsafe retries",
+        description: "{caller} retried the non-idempotent {operation} on {callee} without an \
+            idempotency key {value} times: each may have applied the write twice.",
+        threshold: |_| 0.0,
+        expr: |_| format!("sum by ({EDGE}) (increase(stormglass_unsafe_retries_total[5m])) > 0"),
+        condition: |r, _| {
+            r.edges
+                .iter()
+                .filter(|e| e.unsafe_retries > 0)
+                .map(|e| (edge_labels(e), e.unsafe_retries as f64))
+                .collect()
+        },
+    },
+    AlertDefinition {
+        name: "StormglassOrphanWork",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{callee} works {value} s per minute for callers of {operation} that gave up",
+        description: "{callee} keeps working on {operation} after {caller} cancelled or timed \
+            out: {value} seconds of orphan work per minute (threshold {threshold}). Propagate \
+            cancellation and deadlines.",
+        threshold: |t| t.orphan_work_seconds_per_minute,
+        expr: |t| {
+            format!(
+                "stormglass:edge_orphan_work_seconds:per_minute_rate5m > {}",
+                t.orphan_work_seconds_per_minute
+            )
+        },
+        condition: |r, t| {
+            let Some(minutes) = window_minutes(r) else {
+                return Vec::new();
+            };
+            edges_where(
+                r,
+                |e| Some(e.orphan_work_seconds / minutes),
+                |v| v > t.orphan_work_seconds_per_minute,
+            )
+        },
+    },
+];

@@ -1,0 +1,38 @@
+//! Faults the live-path tests inject (a panicking or slow analysis).
+
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+/// Faults injected on purpose, for tests of the live path (`STORMGLASS_TEST_FAULTS`):
+/// never set in production.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Panic inside the analysis of this many chunks.
+    pub panics: AtomicUsize,
+    /// Make every chunk's analysis take at least this long (a slow analysis).
+    pub delay: Duration,
+}
+
+impl Faults {
+    /// Parse `analysis_panics=N,analysis_delay=DURATION`.
+    pub fn parse(text: &str) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item:?}: write key=value"))?;
+            match key {
+                "analysis_panics" => {
+                    let n = value.parse().map_err(|e| format!("{item:?}: {e}"))?;
+                    faults.panics = AtomicUsize::new(n);
+                }
+                "analysis_delay" => {
+                    faults.delay =
+                        humantime::parse_duration(value).map_err(|e| format!("{item:?}: {e}"))?;
+                }
+                other => return Err(format!("unknown fault {other:?}")),
+            }
+        }
+        Ok(faults)
+    }
+}

@@ -1,0 +1,101 @@
+//! What a query hands on: a materialised [`Table`], the [`AnalysisError`] naming the query
+//! that failed, and the helpers that run, read and time queries. Below the engine and its
+//! plans, so both (and the lineage) use them without depending on each other.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::prelude::SessionContext;
+use serde::de::DeserializeOwned;
+
+use crate::queries::Query;
+
+/// A query failed; names the query so the SQL file is easy to find.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error("query {name} failed")]
+    Query {
+        name: String,
+        #[source]
+        source: DataFusionError,
+    },
+}
+
+impl AnalysisError {
+    /// Query (or table) `name` failed with `source`, a DataFusion or Arrow error.
+    pub fn query(name: &str, source: impl Into<DataFusionError>) -> AnalysisError {
+        AnalysisError::Query {
+            name: name.to_owned(),
+            source: source.into(),
+        }
+    }
+}
+
+/// A materialised table: its schema (kept even when empty) and batches.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Table {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// Rows of a table as `T`, via Arrow's JSON writer (nulls kept, so `Option` fields see them).
+pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+    let mut buffer = Vec::new();
+    {
+        let mut writer = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
+        for batch in &table.batches {
+            if let Err(e) = writer.write(batch) {
+                unreachable!("tables read this way hold only JSON-representable types: {e}");
+            }
+        }
+        if let Err(e) = writer.finish() {
+            unreachable!("finishing a JSON array cannot fail on a Vec: {e}");
+        }
+    }
+    if buffer.is_empty() {
+        return Vec::new();
+    }
+    match serde_json::from_slice(&buffer) {
+        Ok(rows) => rows,
+        Err(e) => unreachable!("rows follow their query's header contract: {e}"),
+    }
+}
+
+/// Run one registered query to completion.
+pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisError> {
+    let failed = |source| AnalysisError::query(query.name, source);
+    let started = std::time::Instant::now();
+    let frame = ctx.sql(query.sql).await.map_err(failed)?;
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let batches = frame.collect().await.map_err(failed)?;
+    timed(query.name, started);
+    Ok(Table { schema, batches })
+}
+
+/// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set.
+pub fn timed(what: &str, started: std::time::Instant) {
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(what, elapsed_ms, "analysis step ran");
+    if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
+        eprintln!("{what:<28} {elapsed_ms:>9.1} ms");
+    }
+}
+
+/// Read a materialised table of a session.
+pub async fn table(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
+    let failed = |source| AnalysisError::query(name, source);
+    let frame = ctx.table(name).await.map_err(failed)?;
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let batches = frame.collect().await.map_err(failed)?;
+    Ok(Table { schema, batches })
+}
