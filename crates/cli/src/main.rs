@@ -130,7 +130,18 @@ enum Command {
         /// Configuration file for thresholds (the same file `serve` reads).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// `file`: a Prometheus rule file; `prometheusrule`: the same groups as a Kubernetes
+        /// PrometheusRule for the Prometheus Operator.
+        #[arg(long, value_enum, default_value = "file")]
+        format: RulesFormatArg,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RulesFormatArg {
+    File,
+    #[value(name = "prometheusrule")]
+    PrometheusRule,
 }
 
 #[derive(clap::Args)]
@@ -238,7 +249,7 @@ fn main() -> ExitCode {
         } => offline(config, |config| async move {
             offline::query(&config, &sql, &from, format).await
         }),
-        Command::Rules { config } => rules(config),
+        Command::Rules { config, format } => rules(config, format),
         Command::Load(args) => load(args),
         Command::Demo {
             scenario,
@@ -339,7 +350,12 @@ fn load(args: LoadArgs) -> anyhow::Result<()> {
     ))
 }
 
-fn rules(config: Option<PathBuf>) -> anyhow::Result<()> {
+fn rules(config: Option<PathBuf>, format: RulesFormatArg) -> anyhow::Result<()> {
+    use stormglass_export::rules::RulesFormat;
+    let format = match format {
+        RulesFormatArg::File => RulesFormat::File,
+        RulesFormatArg::PrometheusRule => RulesFormat::PrometheusRule,
+    };
     let config = config::load(config.as_deref(), std::env::vars(), &Vec::new())?;
     let runbook_base = match config.notify.runbook_base.as_str() {
         "" => stormglass_export::rules::default_runbook_base(config.api_scheme()),
@@ -347,7 +363,7 @@ fn rules(config: Option<PathBuf>) -> anyhow::Result<()> {
     };
     print!(
         "{}",
-        stormglass_export::rules::render(&config.alerts, &runbook_base)
+        stormglass_export::rules::render_as(format, &config.alerts, &runbook_base)
     );
     Ok(())
 }
