@@ -3,9 +3,9 @@
 # /metrics, /api/v1/*, /healthz (liveness) and /readyz (readiness: 503 while the memory
 # budget is full and exporters are told to retry).
 #   docker build -t stormglass .
-#   docker run -p 4317:4317 -p 4318:4318 -p 9464:9464 -m 1536m stormglass
-# Set limits.memory (STORMGLASS_LIMITS__MEMORY) about 300 MiB below the container's
-# memory limit (docs/operating.md).
+#   docker run -p 4317:4317 -p 4318:4318 -p 9464:9464 -m 1280m stormglass
+# limits.memory defaults to 80% of the container's memory limit (-m), which the process
+# stays within ~15% of (docs/operating.md).
 
 FROM rust:1.94-slim-bookworm AS build
 WORKDIR /src

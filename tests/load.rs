@@ -43,7 +43,9 @@ fn load_with(
     ];
     args.extend_from_slice(extra);
     let (ok, stdout, stderr) = stormglass(&args);
-    assert!(ok, "load failed: {stderr}");
+    // A load the receiver refused in full fails, with its report: overload tests read it.
+    let refused_in_full = stderr.contains("accepted no spans") && !stdout.is_empty();
+    assert!(ok || refused_in_full, "load failed: {stderr}");
     serde_json::from_str(&stdout).unwrap()
 }
 
@@ -190,9 +192,9 @@ fn spans_only_query_scans_parquet_without_analysing() {
     );
 }
 
-/// The budget the overload tests give the collector, and what the process may hold beside
-/// it (code, runtimes and threads, DataFusion's sessions, allocator slack): docs/operating.md's
-/// "Memory" section documents the same overhead.
+/// The small budget of the tests that fill it on purpose, and what the process may hold
+/// beside it: at 32 MiB the process's own footprint (code, runtimes and threads, DataFusion's
+/// sessions, allocator slack) is larger than the limit, so the data budget is at its floor.
 const BUDGET_MIB: u64 = 32;
 const OVERHEAD_MIB: u64 = 160;
 
@@ -242,29 +244,45 @@ fn small_budget_server(extra: &[(&str, &str)]) -> Server {
     Server::start(&env)
 }
 
-/// Overload: load faster than a small memory budget can hold. Receivers refuse, always
-/// retryably (UNAVAILABLE, never a failure or a rejection); peak RSS stays under the budget
-/// plus the documented overhead; once the load stops, accepted = analysed + late + open
-/// + duplicates exactly; and the collector then accepts and analyses a new load in full.
+/// `limits.memory` in the overload test, and how far above it the process's peak resident
+/// memory may go (docs/operating.md's "Memory" promises ~15% from 256 MiB up).
+const LIMIT_MIB: u64 = 256;
+const LIMIT_SLACK: f64 = 0.15;
+
+/// Overload: load faster than `limits.memory` can hold while the analysis runs. Receivers
+/// refuse, always retryably (UNAVAILABLE, never a failure or a rejection); the process's
+/// peak resident memory (from /proc) stays within 15% above `limits.memory`, the footprint
+/// it measures coming off the data budget (/metrics shows both); once the load stops,
+/// accepted = analysed + late + open + duplicates exactly; and the collector then accepts
+/// and analyses a new load in full.
 #[test]
-fn overload_stays_within_the_memory_budget() {
-    // Traces stay open 8 s, so the budget fills from assembly alone however fast the
-    // analysis is (with 3 s, a faster analysis left the budget unfilled under a busy suite).
-    let server = small_budget_server(&[("STORMGLASS_ASSEMBLY__IDLE", "8s")]);
-    let mut refused = 0.0;
-    // Bounded: at most 8 one-second bursts, stopping at the first that is refused.
-    for _ in 0..8 {
+fn overload_stays_within_the_memory_limit() {
+    let limit = format!("{LIMIT_MIB}MiB");
+    // Traces stay open 8 s: the budget fills from assembly while earlier traces are analysed.
+    let server = Server::start(&[
+        ("RUST_LOG", "warn"),
+        ("STORMGLASS_LIMITS__MEMORY", limit.as_str()),
+        ("STORMGLASS_LIMITS__MAX_REQUEST_BYTES", "4194304"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
+        ("STORMGLASS_ASSEMBLY__IDLE", "8s"),
+    ]);
+    let (mut bursts, mut refused) = (0, 0);
+    // Bounded: at most 20 one-second bursts, stopping after 3 that were refused.
+    while bursts < 20 && refused < 3 {
+        bursts += 1;
         let report = load_with("grpc", &server.grpc, server.pid(), "1s", "16", "500", &[]);
         for field in ["rejected_spans", "failed_spans"] {
             assert_eq!(report[field], 0, "{report}");
         }
-        refused = report["refused_spans"].as_f64().unwrap();
-        if refused > 0.0 {
+        if report["refused_spans"].as_f64().unwrap() > 0.0 {
             assert_refused_retryably(&report);
-            break;
+            refused += 1;
         }
     }
-    assert!(refused > 0.0, "the load never reached the budget");
+    assert!(
+        refused > 0,
+        "the load never reached the limit in {bursts} bursts"
+    );
     let by_memory = server.metric(
         "stormglass_receiver_refused_requests_total",
         &["reason=\"memory_limit\""],
@@ -273,21 +291,44 @@ fn overload_stays_within_the_memory_budget() {
         &["reason=\"memory_limit\""],
     );
     assert!(by_memory > 0.0, "refusals are counted by reason");
-    assert_within_budget(&server);
+    let limit_bytes = server.metric("stormglass_memory_limit_bytes", &[]);
+    assert_eq!(limit_bytes, (LIMIT_MIB << 20) as f64);
+    let footprint = server.metric("stormglass_memory_footprint_bytes", &[]);
+    let data_budget = server.metric("stormglass_memory_data_budget_bytes", &[]);
+    assert!(
+        footprint > 0.0 && data_budget < limit_bytes,
+        "the footprint ({footprint}) comes off the data budget ({data_budget})"
+    );
+    assert_within_limit(&server);
 
     server.wait_until("every accepted span released and analysed", |s| {
         accounted(s) && s.metric("stormglass_assembly_spans", &[]) == 0.0
     });
     // Analysed, not merely counted: a chunk whose analysis fails counts its spans too.
     let errors = server.metric("stormglass_internal_errors_total", &["task=\"analysis\""]);
-    assert_eq!(errors, 0.0, "every chunk analysed inside the small budget");
+    assert_eq!(errors, 0.0, "every chunk analysed inside the limit");
     let analysed = server.metric("stormglass_analysis_spans_total", &[]);
     let report = load_with("http", &server.http, server.pid(), "1s", "1", "100", &[]);
     assert_eq!(report["refused_spans"], 0, "recovered: {report}");
     server.wait_until("the second load analysed", |s| {
         accounted(s) && s.metric("stormglass_analysis_spans_total", &[]) > analysed
     });
-    assert_within_budget(&server);
+    assert_within_limit(&server);
+}
+
+fn assert_within_limit(server: &Server) {
+    let peak = peak_rss(server.pid()) as f64;
+    let limit = (LIMIT_MIB << 20) as f64;
+    eprintln!(
+        "peak RSS {:.0} MiB under limits.memory {LIMIT_MIB} MiB",
+        peak / 1048576.0
+    );
+    assert!(
+        peak <= limit * (1.0 + LIMIT_SLACK),
+        "peak RSS {:.0} MiB, {:.0}% above limits.memory {LIMIT_MIB} MiB",
+        peak / 1048576.0,
+        (peak / limit - 1.0) * 100.0
+    );
 }
 
 /// Lag: with the analysis made slow on purpose (every chunk takes 2 s), released spans

@@ -102,7 +102,12 @@ fn kubernetes_manifests_validate_and_fit_together() {
         .iter()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    assert!(env.contains(&"STORMGLASS_LIMITS__MEMORY"), "{env:?}");
+    // limits.memory comes from the pod's limit (auto), so the two cannot disagree.
+    assert!(!env.contains(&"STORMGLASS_LIMITS__MEMORY"), "{env:?}");
+    assert!(
+        container["resources"]["limits"]["memory"].is_string(),
+        "{container}"
+    );
 
     let collector = documents("dashboards/kubernetes/collector.yaml");
     let config: Value = serde_saphyr::from_str(

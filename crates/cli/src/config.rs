@@ -247,10 +247,11 @@ impl Default for ListenConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
-    /// The one memory budget: every span held (open, waiting for analysis, being
-    /// analysed), requests being decoded, and the window's partials. Bytes, or a human size
-    /// (`512MiB`, `2GiB`).
-    pub memory: bytesize::ByteSize,
+    /// The process's memory bound: spans held (open, waiting for analysis, being analysed),
+    /// requests being decoded and the window's partials get what the process's own
+    /// footprint leaves of it. Bytes, a human size (`512MiB`, `2GiB`), or `auto`: 80% of the
+    /// cgroup's memory limit (the container's), else 1 GiB.
+    pub memory: MemoryLimit,
     /// Requests read, decoded and stored at once, over both transports.
     pub max_concurrent_requests: usize,
     /// Largest OTLP request, in bytes, measured after decompression.
@@ -270,7 +271,7 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
-            memory: bytesize::ByteSize::gib(1),
+            memory: MemoryLimit::Auto,
             max_concurrent_requests: 64,
             max_request_bytes: 64 << 20,
             request_timeout: stormglass_ingest::admission::DEFAULT_BODY_TIMEOUT,
@@ -280,10 +281,65 @@ impl Default for LimitsConfig {
     }
 }
 
-impl LimitsConfig {
-    /// `limits.memory` in bytes.
-    pub fn memory_bytes(&self) -> usize {
-        usize::try_from(self.memory.as_u64()).unwrap_or(usize::MAX)
+/// `limits.memory`: a size, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MemoryLimit {
+    /// [`MemoryLimit::AUTO_SHARE`] of the cgroup's memory limit, else [`MemoryLimit::FALLBACK`].
+    #[default]
+    Auto,
+    Bytes(bytesize::ByteSize),
+}
+
+impl MemoryLimit {
+    /// The share of a cgroup's memory limit `auto` takes: the process stays within ~15%
+    /// above `limits.memory`, so 80% keeps it clear of the out-of-memory killer.
+    pub const AUTO_SHARE: f64 = 0.8;
+    /// `auto` outside a memory-limited cgroup.
+    pub const FALLBACK: u64 = 1 << 30;
+
+    /// The bound in bytes, given the cgroup's memory limit (if any), and how it was chosen
+    /// (for the log).
+    pub fn resolve(self, cgroup: Option<u64>) -> (usize, String) {
+        let (bytes, how) = match (self, cgroup) {
+            (MemoryLimit::Bytes(b), _) => (b.as_u64(), "limits.memory".to_owned()),
+            (MemoryLimit::Auto, Some(cgroup)) => (
+                (cgroup as f64 * Self::AUTO_SHARE) as u64,
+                format!(
+                    "limits.memory auto: 80% of the cgroup's memory limit ({})",
+                    bytesize::ByteSize(cgroup).display().iec()
+                ),
+            ),
+            (MemoryLimit::Auto, None) => (
+                Self::FALLBACK,
+                "limits.memory auto: no cgroup memory limit, 1 GiB".to_owned(),
+            ),
+        };
+        (usize::try_from(bytes).unwrap_or(usize::MAX), how)
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        let invalid = |what: &str| {
+            serde::de::Error::custom(format!(
+                "expected a size (bytes, `512MiB`, `2GiB`) or `auto`, found {what}"
+            ))
+        };
+        match Raw::deserialize(d).map_err(|_| invalid("another type"))? {
+            Raw::Bytes(b) => Ok(MemoryLimit::Bytes(bytesize::ByteSize(b))),
+            Raw::Text(t) if t.trim().eq_ignore_ascii_case("auto") => Ok(MemoryLimit::Auto),
+            Raw::Text(t) => t
+                .trim()
+                .parse::<bytesize::ByteSize>()
+                .map(MemoryLimit::Bytes)
+                .map_err(|_| invalid(&format!("`{t}`"))),
+        }
     }
 }
 
@@ -396,6 +452,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         ));
     }
     errors.extend(config.notify.validate("alerts"));
+    errors.extend(config.alerts.validate("alerts"));
     if let Some(url) = &config.links.trace_url
         && !url.contains("{trace_id}")
     {
@@ -422,10 +479,13 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
             "must be greater than 0 and below 1 GiB (default 67108864, 64 MiB)".to_owned(),
         ));
     }
-    if config.limits.memory_bytes() < 16 << 20 {
+    if let MemoryLimit::Bytes(b) = config.limits.memory
+        && b.as_u64() < 16 << 20
+    {
         errors.push((
             "limits.memory".to_owned(),
-            "must be at least 16MiB (default 1GiB)".to_owned(),
+            "must be at least 16MiB (default auto: 80% of the container's limit, else 1GiB)"
+                .to_owned(),
         ));
     }
     if config.limits.request_timeout.is_zero() {
@@ -566,6 +626,28 @@ mod tests {
         assert_eq!(load(Some(&path), [], &vec![]).unwrap(), Config::default());
     }
 
+    /// `limits.memory` takes a size (file or environment) or `auto`; `auto` is 80% of the
+    /// cgroup's limit, 1 GiB without one; a set size wins over the cgroup; a word that is
+    /// neither is an error naming the key.
+    #[test]
+    fn memory_limit_auto_or_size() {
+        let env = |v: &str| vec![("STORMGLASS_LIMITS__MEMORY".to_owned(), v.to_owned())];
+        let sized = load(None, env("256MiB"), &vec![]).unwrap().limits.memory;
+        assert_eq!(sized, MemoryLimit::Bytes(bytesize::ByteSize::mib(256)));
+        assert_eq!(sized.resolve(Some(1 << 30)).0, 256 << 20);
+        let file = write("memory.yaml", "limits:\n  memory: 1073741824\n");
+        let bytes = load(Some(&file), [], &vec![]).unwrap().limits.memory;
+        assert_eq!(bytes, MemoryLimit::Bytes(bytesize::ByteSize::gib(1)));
+        let auto = load(None, env("auto"), &vec![]).unwrap().limits.memory;
+        assert_eq!(auto, MemoryLimit::Auto);
+        assert_eq!(auto.resolve(Some(1000 << 20)).0, 800 << 20);
+        assert_eq!(auto.resolve(None).0, 1 << 30);
+        for bad in ["lots", "8MiB"] {
+            let error = load(None, env(bad), &vec![]).unwrap_err().to_string();
+            assert!(error.contains("limits.memory"), "{bad}: {error}");
+        }
+    }
+
     /// A section whose keys are all commented out is the defaults; a trace link template
     /// without `{trace_id}` is an error naming the key.
     #[test]
@@ -689,6 +771,48 @@ mod tests {
             !errors.to_string().contains("p}"),
             "secrets are not echoed: {errors}"
         );
+    }
+
+    /// `alerts.for` replaces one alert's hold, from the file or the environment (whose keys
+    /// are lower case); a name that is no alert, or a duration that is none, names its key.
+    #[test]
+    fn alert_holds_by_name() {
+        let amplification = stormglass_analytics::alerts::DEFINITIONS
+            .iter()
+            .find(|d| d.name == "StormglassRetryAmplificationHigh")
+            .unwrap();
+        let env = [(
+            "STORMGLASS_ALERTS__FOR__STORMGLASSRETRYAMPLIFICATIONHIGH".to_owned(),
+            "0s".to_owned(),
+        )];
+        let config = load(None, env, &vec![]).unwrap();
+        assert_eq!(config.alerts.hold(amplification), Duration::ZERO);
+        assert_eq!(
+            Config::default().alerts.hold(amplification),
+            Duration::from_secs(120)
+        );
+        let path = write(
+            "holds.yaml",
+            "alerts:\n  for: {StormglassRetryAmplificationHigh: 30s}\n",
+        );
+        let config = load(Some(&path), [], &vec![]).unwrap();
+        assert_eq!(config.alerts.hold(amplification), Duration::from_secs(30));
+
+        let bad = write(
+            "holds-bad.yaml",
+            "alerts:\n  for: {StormglassRetryAmplificationHi: 0s}\n",
+        );
+        let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+        assert_eq!(
+            errors.0[0].0, "alerts.for.StormglassRetryAmplificationHi",
+            "{errors}"
+        );
+        let bad = write(
+            "holds-word.yaml",
+            "alerts:\n  for: {StormglassDown: soon}\n",
+        );
+        let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+        assert!(errors.0[0].0.starts_with("alerts.for"), "{errors}");
     }
 
     /// Sampling ratios come per service from the file or the environment (whose keys are

@@ -34,6 +34,11 @@ use tokio::task::JoinHandle;
 use crate::api;
 use crate::config::Config;
 
+/// How often the process's resident size is re-read to size the data budget: a burst that
+/// arrives between two readings is bounded by the request slots, each reserved before it
+/// is read.
+const FOOTPRINT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A running collector: receivers, assembly, live analysis with its exports, and the API.
 pub struct Collector {
     pub grpc: SocketAddr,
@@ -61,7 +66,13 @@ impl Collector {
     pub async fn start(config: Config) -> anyhow::Result<Collector> {
         tracing::debug!(?config, "effective configuration");
         let registry = Registry::new();
-        let budget = MemoryBudget::register(config.limits.memory_bytes(), &registry)?;
+        let (limit, how) = config
+            .limits
+            .memory
+            .resolve(stormglass_runtime::memory::cgroup_limit());
+        tracing::info!(limit_bytes = limit, "memory bound: {how}");
+        let budget = MemoryBudget::register(limit, &registry)?;
+        budget.follow_footprint(FOOTPRINT_EVERY)?;
         let health = Health::register(&registry)?;
         let tls = Tls::from_config(&config.tls, &registry)?;
         let ingest_metrics = IngestMetrics::register(&registry)?;

@@ -227,7 +227,7 @@ fn groups(thresholds: &AlertThresholds, runbook_base: &str) -> File {
         .map(|d| Rule::Alert {
             alert: d.name,
             expr: scoped(&(d.expr)(thresholds)),
-            hold: humantime::format_duration(d.hold).to_string(),
+            hold: humantime::format_duration(thresholds.hold(d)).to_string(),
             labels: [("severity", d.severity)].into(),
             annotations: [
                 ("summary", d.template(d.summary, thresholds)),

@@ -1,4 +1,4 @@
-//! The process's one memory budget (`limits.memory`) and the reservations held against it.
+//! The process's one memory bound (`limits.memory`) and the reservations held against it.
 //!
 //! Every stage that holds spans reserves their bytes here before keeping them: a request
 //! being decoded (an estimate from its size on the wire, reserved before the work), a batch
@@ -6,20 +6,26 @@
 //! reservation would cross the budget, the receivers refuse with a retryable answer instead
 //! of growing: exporters back off and retry, nothing accepted is dropped.
 //!
-//! The budget is split in two. [`MemoryBudget::analysis_share`] (a quarter) is set aside for
-//! the analysis's working set (DataFusion's memory pool and the chunk being analysed), so
-//! analysis can always make progress and free what waits for it; everything else is the
-//! admission share, which [`MemoryBudget::try_reserve`] checks. Work that must go on once
-//! its input was accepted (gathering a released trace, keeping an interval's partials)
-//! reserves with [`MemoryBudget::force`]: counted, never refused, bounded by the data
-//! already admitted.
+//! `limits.memory` bounds the whole process, as a container's memory limit does, not only
+//! the data: the data budget is what is left of it after the process's own footprint
+//! (code, runtimes, the analysis's working set, what the allocator keeps after frees),
+//! measured as the resident size minus the bytes reserved ([`MemoryBudget::observe`],
+//! re-read as it runs by [`MemoryBudget::follow_footprint`]).
+//!
+//! A quarter of the limit, [`MemoryBudget::analysis_share`], sizes the analysis (DataFusion's
+//! memory pool and the chunk being analysed) and is kept free of admitted data, so the
+//! analysis's working set, which no reservation covers, can grow between two readings and
+//! analysis can always make progress and free what waits for it; [`MemoryBudget::try_reserve`]
+//! checks the rest, the admission share. Work that must go on once its input was accepted (gathering a
+//! released trace, keeping an interval's partials) reserves with [`MemoryBudget::force`]:
+//! counted, never refused, bounded by the data already admitted.
 //!
 //! A [`Reservation`] returns its bytes when dropped, so memory is accounted exactly as long
 //! as the value that owns it lives.
 
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use prometheus::{IntGauge, Registry};
@@ -35,10 +41,15 @@ pub struct MemoryBudget {
 
 struct Inner {
     limit: usize,
-    admission: usize,
+    /// The most the admission share can be: the limit less the analysis's share.
+    max_admission: usize,
+    /// The admission share now: the data budget less the analysis's share.
+    admission: AtomicUsize,
     used: AtomicUsize,
     last_refusal: Mutex<Option<Instant>>,
     used_gauge: IntGauge,
+    footprint_gauge: IntGauge,
+    data_budget_gauge: IntGauge,
 }
 
 impl std::fmt::Debug for MemoryBudget {
@@ -58,27 +69,45 @@ pub struct OverBudget {
 }
 
 impl MemoryBudget {
-    /// A budget of `limit` bytes, exported as `stormglass_memory_limit_bytes` and
-    /// `stormglass_memory_used_bytes`.
+    /// A budget of `limit` bytes, exported as `stormglass_memory_limit_bytes`,
+    /// `stormglass_memory_used_bytes`, `stormglass_memory_footprint_bytes` and
+    /// `stormglass_memory_data_budget_bytes`. Until a footprint is observed, all of the
+    /// limit is the data budget.
     pub fn register(limit: usize, registry: &Registry) -> prometheus::Result<Self> {
-        let limit_gauge = IntGauge::new(
+        let gauge = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
+            let gauge = IntGauge::new(name, help)?;
+            registry.register(Box::new(gauge.clone()))?;
+            Ok(gauge)
+        };
+        let limit_gauge = gauge(
             "stormglass_memory_limit_bytes",
-            "The memory budget (limits.memory) covering every span held, waiting or being analysed.",
+            "The process's memory bound (limits.memory, or 80% of the cgroup's memory limit when unset).",
         )?;
-        let used_gauge = IntGauge::new(
+        let used_gauge = gauge(
             "stormglass_memory_used_bytes",
             "Bytes reserved against the memory budget now (requests in flight, spans held, waiting for and in analysis, window partials).",
         )?;
-        limit_gauge.set(i64::try_from(limit).unwrap_or(i64::MAX));
-        registry.register(Box::new(limit_gauge))?;
-        registry.register(Box::new(used_gauge.clone()))?;
+        let footprint_gauge = gauge(
+            "stormglass_memory_footprint_bytes",
+            "The process's resident memory at the last reading (what a container's memory limit counts).",
+        )?;
+        let data_budget_gauge = gauge(
+            "stormglass_memory_data_budget_bytes",
+            "What is left of the memory limit for data after the process's own footprint (resident memory less the bytes reserved).",
+        )?;
+        limit_gauge.set(as_i64(limit));
+        data_budget_gauge.set(as_i64(limit));
+        let max_admission = limit - limit / 4;
         Ok(MemoryBudget {
             inner: Arc::new(Inner {
                 limit,
-                admission: limit - limit / 4,
+                max_admission,
+                admission: AtomicUsize::new(max_admission),
                 used: AtomicUsize::new(0),
                 last_refusal: Mutex::new(None),
                 used_gauge,
+                footprint_gauge,
+                data_budget_gauge,
             }),
         })
     }
@@ -91,14 +120,72 @@ impl MemoryBudget {
         }
     }
 
-    /// The whole budget.
+    /// The whole bound, `limits.memory`.
     pub fn limit(&self) -> usize {
         self.inner.limit
     }
 
-    /// The part set aside for the analysis's working set (a quarter of the budget).
+    /// What sizes the analysis's working set: a quarter of the limit.
     pub fn analysis_share(&self) -> usize {
-        self.inner.limit - self.inner.admission
+        self.inner.limit / 4
+    }
+
+    /// The admission share now: what [`MemoryBudget::try_reserve`] lets the reserved bytes
+    /// reach.
+    pub fn admission(&self) -> usize {
+        self.inner.admission.load(Ordering::Relaxed)
+    }
+
+    /// Take a reading of the process's resident size: what it holds beyond the bytes
+    /// reserved is its own footprint, and the data budget is the limit less that footprint
+    /// (at least an eighth of the limit, so the process always admits a little and a
+    /// footprint the allocator will return soon does not lock it out). The admission share
+    /// is the data budget less the analysis's share, at least a sixteenth of the limit.
+    pub fn observe(&self, resident: usize) {
+        let inner = &self.inner;
+        let footprint = resident.saturating_sub(self.used());
+        let data = inner.limit.saturating_sub(footprint).max(inner.limit / 8);
+        let admission = data
+            .saturating_sub(inner.limit - inner.max_admission)
+            .max(inner.limit / 16);
+        inner.admission.store(admission, Ordering::Relaxed);
+        inner.footprint_gauge.set(as_i64(resident));
+        inner.data_budget_gauge.set(as_i64(data));
+    }
+
+    /// Read the process's resident size ([`crate::memory::resident_bytes`]) every `every`
+    /// on a thread of its own, and [`MemoryBudget::observe`] it, for as long as the budget
+    /// lives. Does nothing where the resident size cannot be read.
+    pub fn follow_footprint(&self, every: Duration) -> std::io::Result<()> {
+        let Some(resident) = crate::memory::resident_bytes() else {
+            tracing::info!(
+                "the resident size cannot be read here: limits.memory bounds the data only"
+            );
+            return Ok(());
+        };
+        let resident = usize::try_from(resident).unwrap_or(usize::MAX);
+        self.observe(resident);
+        if resident > self.limit() / 2 {
+            tracing::warn!(
+                resident_bytes = resident,
+                limit_bytes = self.limit(),
+                "the process's own footprint is over half of limits.memory: little is left for spans"
+            );
+        }
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        std::thread::Builder::new()
+            .name("stormglass-footprint".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(every);
+                    let Some(inner) = weak.upgrade() else { return };
+                    if let Some(resident) = crate::memory::resident_bytes() {
+                        MemoryBudget { inner }
+                            .observe(usize::try_from(resident).unwrap_or(usize::MAX));
+                    }
+                }
+            })?;
+        Ok(())
     }
 
     /// The largest chunk of released spans analysed at once: the analysis's working set
@@ -117,14 +204,15 @@ impl MemoryBudget {
     /// remember the refusal (for `/readyz`).
     pub fn try_reserve(&self, bytes: usize) -> Result<Reservation, OverBudget> {
         let inner = &self.inner;
+        let admission = self.admission();
         let mut used = inner.used.load(Ordering::Relaxed);
         loop {
-            if used.saturating_add(bytes) > inner.admission {
+            if used.saturating_add(bytes) > admission {
                 *inner.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(Instant::now());
                 return Err(OverBudget {
                     requested: bytes,
-                    available: inner.admission.saturating_sub(used),
+                    available: admission.saturating_sub(used),
                 });
             }
             match inner.used.compare_exchange_weak(
@@ -163,7 +251,7 @@ impl MemoryBudget {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|at| at.elapsed() < REFUSING_FOR);
-        recent || self.used() >= self.inner.admission
+        recent || self.used() >= self.admission()
     }
 
     fn release(&self, bytes: usize) {
@@ -172,10 +260,12 @@ impl MemoryBudget {
     }
 
     fn publish(&self) {
-        self.inner
-            .used_gauge
-            .set(i64::try_from(self.used()).unwrap_or(i64::MAX));
+        self.inner.used_gauge.set(as_i64(self.used()));
     }
+}
+
+fn as_i64(bytes: usize) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 /// Bytes held against a [`MemoryBudget`]; returned when dropped.
@@ -221,6 +311,7 @@ mod tests {
     fn reservations_are_bounded_and_returned() {
         let budget = MemoryBudget::unregistered(1000);
         assert_eq!(budget.analysis_share(), 250);
+        assert_eq!(budget.admission(), 750);
         let a = budget.try_reserve(600).expect("fits");
         assert!(!budget.refusing());
         let refused = budget.try_reserve(200).expect_err("600 + 200 > 750");
@@ -234,5 +325,38 @@ mod tests {
         assert_eq!(budget.used(), 100);
         drop(b);
         assert_eq!(budget.used(), 0);
+    }
+
+    /// The process's own footprint (resident beyond what is reserved) comes off the data
+    /// budget, and the admission share follows it both ways, down to its floor.
+    #[test]
+    fn the_footprint_comes_off_the_data_budget() {
+        let registry = Registry::new();
+        let budget = MemoryBudget::register(1600, &registry).unwrap();
+        let gauge = |name: &str| {
+            registry
+                .gather()
+                .iter()
+                .find(|f| f.name() == name)
+                .map(|f| f.get_metric()[0].get_gauge().get_value())
+                .unwrap()
+        };
+        let held = budget.force(300);
+        // 500 resident, 300 of it reserved: a footprint of 200.
+        budget.observe(500);
+        assert_eq!(gauge("stormglass_memory_data_budget_bytes"), 1400.0);
+        assert_eq!(gauge("stormglass_memory_footprint_bytes"), 500.0);
+        assert_eq!(budget.admission(), 1400 - 400);
+        assert!(budget.try_reserve(701).is_err(), "300 + 701 > 1000");
+        // The footprint grows past the limit: the floors hold.
+        budget.observe(3000);
+        assert_eq!(gauge("stormglass_memory_data_budget_bytes"), 200.0);
+        assert_eq!(budget.admission(), 100);
+        assert!(budget.refusing());
+        // ... and shrinks again (the allocator returned what it kept).
+        drop(held);
+        budget.observe(100);
+        assert_eq!(budget.admission(), 1500 - 400);
+        assert_eq!(gauge("stormglass_memory_limit_bytes"), 1600.0);
     }
 }

@@ -1,5 +1,5 @@
 //! What every stage of stormglass shares and no stage owns: the one memory budget
-//! ([`budget`]), health ([`health`]), secrets and bearer tokens ([`auth`]), TLS ([`tls`]),
+//! ([`budget`]) and what it reads of the process's memory ([`memory`]), health ([`health`]), secrets and bearer tokens ([`auth`]), TLS ([`tls`]),
 //! graceful shutdown ([`shutdown`]), durations in configuration ([`duration`]), and the
 //! contract between the receivers and the stores of their batches ([`sink`]).
 //!
@@ -10,6 +10,7 @@ pub mod auth;
 pub mod budget;
 pub mod duration;
 pub mod health;
+pub mod memory;
 pub mod shutdown;
 pub mod sink;
 pub mod tls;

@@ -64,6 +64,61 @@ pub struct AlertThresholds {
     /// The baseline's P99.9 per service, in milliseconds (read from `baseline`).
     #[serde(skip)]
     pub baseline_p999_ms: BTreeMap<String, f64>,
+    /// `alerts.for`: per alert name, a `for:` that replaces the alert's own in both engines
+    /// (`{StormglassRetryAmplificationHigh: 0s}` fires on the first window that breaches).
+    /// Names match ignoring case: environment keys arrive in lower case.
+    #[serde(rename = "for", deserialize_with = "holds")]
+    pub hold: BTreeMap<String, Duration>,
+}
+
+/// `alerts.for`'s durations, written as everywhere else in the configuration (`30s`, `2m`).
+fn holds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Duration>, D::Error> {
+    BTreeMap::<String, String>::deserialize(d)?
+        .into_iter()
+        .map(|(name, text)| {
+            humantime::parse_duration(text.trim())
+                .map(|hold| (name.clone(), hold))
+                .map_err(|e| serde::de::Error::custom(format!("{name}: {e} (found {text:?})")))
+        })
+        .collect()
+}
+
+impl AlertThresholds {
+    /// How long `d`'s condition must hold before it fires: `alerts.for` if it names `d`,
+    /// else the definition's own.
+    pub fn hold(&self, d: &AlertDefinition) -> Duration {
+        self.hold
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(d.name))
+            .map_or(d.hold, |(_, hold)| *hold)
+    }
+
+    /// Configuration errors under `prefix` (`alerts`): `alerts.for` naming no alert.
+    pub fn validate(&self, prefix: &str) -> Vec<(String, String)> {
+        self.hold
+            .keys()
+            .filter(|name| definition_ignoring_case(name).is_none())
+            .map(|name| {
+                (
+                    format!("{prefix}.for.{name}"),
+                    format!(
+                        "no such alert; expected one of {}",
+                        DEFINITIONS
+                            .iter()
+                            .map(|d| d.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+fn definition_ignoring_case(name: &str) -> Option<&'static AlertDefinition> {
+    DEFINITIONS
+        .iter()
+        .find(|d| d.name.eq_ignore_ascii_case(name))
 }
 
 /// The layers' P99.9 (milliseconds, by service) of a JSON report: a drift baseline.
@@ -106,6 +161,7 @@ impl Default for AlertThresholds {
             latency_drift: 0.2,
             baseline: None,
             baseline_p999_ms: BTreeMap::new(),
+            hold: BTreeMap::new(),
         }
     }
 }

@@ -321,7 +321,7 @@ impl AlertEvaluator {
                 a.example_trace = Some(trace);
             }
             let held = now.duration_since(a.active_since).unwrap_or_default();
-            if a.firing_since.is_none() && held >= d.hold {
+            if a.firing_since.is_none() && held >= self.thresholds.hold(d) {
                 a.firing_since = Some(now);
                 tracing::warn!(alert = d.name, labels = ?a.labels, value = a.value, "alert firing");
             }
