@@ -6,6 +6,7 @@
 
 pub mod alerts;
 pub mod clock;
+pub mod counts;
 pub mod engine;
 pub mod files;
 pub mod histogram;

@@ -30,8 +30,6 @@ use std::time::SystemTime;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
-use serde::{Deserialize, Deserializer};
-use stormglass_analytics::engine::rows;
 use stormglass_analytics::{IntervalObserver, Partials, Report, histogram};
 
 /// The label value overflowing series are folded into.
@@ -426,7 +424,8 @@ impl FigureMetrics {
         let mut add =
             |family: Counter, labels: Vec<String>, v: f64| self.add(state, family, labels, v);
 
-        for r in table_rows::<CallRow>(partials, "partial_calls") {
+        let counts = partials.counts();
+        for r in counts.calls {
             let labels = vec![
                 r.caller,
                 r.callee,
@@ -436,7 +435,7 @@ impl FigureMetrics {
             ];
             add(Counter::LogicalCalls, labels, r.calls);
         }
-        for r in table_rows::<AttemptRow>(partials, "partial_attempts") {
+        for r in counts.attempts {
             let labels = vec![
                 r.caller,
                 r.callee,
@@ -447,18 +446,18 @@ impl FigureMetrics {
             ];
             add(Counter::Attempts, labels, r.attempts);
         }
-        for r in table_rows::<EntryRow>(partials, "partial_entries") {
+        for r in counts.entries {
             add(
                 Counter::EntryRequests,
                 vec![r.service, r.operation],
                 r.requests,
             );
         }
-        for r in table_rows::<LayerRow>(partials, "partial_layers") {
+        for r in counts.layers {
             add(Counter::LayerAttempts, vec![r.service.clone()], r.received);
             add(Counter::LayerBaseline, vec![r.service], r.baseline);
         }
-        for r in table_rows::<EdgeRow>(partials, "partial_edges") {
+        for r in counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
             add(Counter::UnsafeRetries, edge.clone(), r.unsafe_retries);
             add(
@@ -496,14 +495,14 @@ impl FigureMetrics {
                 );
             }
         }
-        for r in table_rows::<OrphanRow>(partials, "partial_orphans") {
+        for r in counts.orphans {
             let edge = vec![r.caller, r.callee, r.operation];
             let mut labels = edge.clone();
             labels.push(r.server_outcome);
             add(Counter::OrphanPairs, labels, r.pairs);
             add(Counter::OrphanWork, edge, r.work_ms / 1e3);
         }
-        for r in table_rows::<FindingRow>(partials, "partial_findings") {
+        for r in counts.findings {
             let kind = match r.kind.as_str() {
                 "deadline_inversion" => "inversion",
                 "overcommit" => "overcommit",
@@ -516,7 +515,7 @@ impl FigureMetrics {
                 r.count,
             );
         }
-        for r in table_rows::<TraceRow>(partials, "partial_traces") {
+        for r in counts.traces {
             add(
                 Counter::MultiLayer,
                 vec![r.service.clone()],
@@ -525,11 +524,13 @@ impl FigureMetrics {
             add(Counter::BrokenTraces, vec![r.service], r.broken_traces);
         }
 
-        let latency = table_rows::<LatencyRow>(partials, "partial_latency")
+        let latency = counts
+            .latency
             .into_iter()
             .map(|r| (vec![r.service], r.le, r.n, r.seconds));
         self.add_histograms(state, Histogram::LayerDuration, latency);
-        let budgets = table_rows::<BudgetRow>(partials, "partial_budgets")
+        let budgets = counts
+            .budgets
             .into_iter()
             .map(|r| (vec![r.caller, r.callee, r.operation], r.le, r.n, r.seconds));
         self.add_histograms(state, Histogram::RemainingBudget, budgets);
@@ -840,64 +841,6 @@ fn label_pairs(names: &[&str], values: &[String]) -> Vec<proto::LabelPair> {
             pair
         })
         .collect()
-}
-
-fn table_rows<T: serde::de::DeserializeOwned>(partials: &Partials, name: &str) -> Vec<T> {
-    partials.table(name).map(rows::<T>).unwrap_or_else(|| {
-        debug_assert!(false, "partial {name} is missing");
-        Vec::new()
-    })
-}
-
-/// A label column: null (an unnamed service or operation) becomes "unknown".
-fn label<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(|| "unknown".to_owned()))
-}
-
-/// A count column: null (SUM over nothing) is 0.
-fn count<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(0.0))
-}
-
-macro_rules! row {
-    ($name:ident { $($label:ident),* ; $($count:ident),* }) => {
-        #[derive(Deserialize)]
-        struct $name {
-            $(#[serde(deserialize_with = "label")] $label: String,)*
-            $(#[serde(deserialize_with = "count", default)] $count: f64,)*
-        }
-    };
-}
-
-row!(CallRow { caller, callee, operation, first_outcome, final_outcome; calls });
-row!(AttemptRow { caller, callee, operation, attempt, outcome, cause; attempts });
-row!(EntryRow { service, operation; requests });
-row!(LayerRow { service; received, baseline });
-row!(EdgeRow { caller, callee, operation; unsafe_retries, timeout_retries_on_writes, immediate_retries, budgeted_attempts, deadline_ms_total, hidden_attempts, inferred_attempts, hedged_attempts, instance_retries, other_instance_retries });
-row!(OrphanRow { caller, callee, operation, server_outcome; pairs, work_ms });
-row!(FindingRow { kind, caller, callee; count });
-row!(TraceRow { service; multi_layer_retry_traces, broken_traces });
-
-#[derive(Deserialize)]
-struct BudgetRow {
-    #[serde(deserialize_with = "label")]
-    caller: String,
-    #[serde(deserialize_with = "label")]
-    callee: String,
-    #[serde(deserialize_with = "label")]
-    operation: String,
-    le: i64,
-    n: f64,
-    seconds: f64,
-}
-
-#[derive(Deserialize)]
-struct LatencyRow {
-    #[serde(deserialize_with = "label")]
-    service: String,
-    le: i64,
-    n: f64,
-    seconds: f64,
 }
 
 #[cfg(test)]

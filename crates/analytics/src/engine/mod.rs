@@ -137,7 +137,7 @@ impl Partials {
         }
     }
 
-    pub fn table(&self, name: &str) -> Option<&Table> {
+    pub(crate) fn table(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
     }
 

@@ -1,0 +1,266 @@
+//! What one analysed interval adds to the counter metrics, typed ([`Partials::counts`]).
+//! Exporters read these rows, never the partial tables: which table holds a count and what
+//! Arrow type its column has stay the analysis's business. Columns are read straight from
+//! Arrow (cast to strings, integers or floats), without a detour through JSON.
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Int64Type};
+
+use crate::engine::Partials;
+
+/// Column `name` of `batch` cast to `to`; a column the query's header promises.
+fn column(batch: &RecordBatch, name: &str, to: &DataType) -> arrow::array::ArrayRef {
+    let Some(column) = batch.column_by_name(name) else {
+        unreachable!("a partial table lacks its column {name}");
+    };
+    match cast(column, to) {
+        Ok(cast) => cast,
+        Err(e) => unreachable!("column {name} cannot be read as {to}: {e}"),
+    }
+}
+
+/// A label column: null (an unnamed service or operation) is "unknown".
+fn labels(batch: &RecordBatch, name: &str) -> Vec<String> {
+    let column = column(batch, name, &DataType::Utf8);
+    let strings = column.as_string::<i32>();
+    (0..strings.len())
+        .map(|i| {
+            if strings.is_null(i) {
+                "unknown".to_owned()
+            } else {
+                strings.value(i).to_owned()
+            }
+        })
+        .collect()
+}
+
+/// A count column: null (a sum over nothing) is 0.
+fn counts(batch: &RecordBatch, name: &str) -> Vec<f64> {
+    let column = column(batch, name, &DataType::Float64);
+    let values = column.as_primitive::<Float64Type>();
+    (0..values.len())
+        .map(|i| {
+            if values.is_null(i) {
+                0.0
+            } else {
+                values.value(i)
+            }
+        })
+        .collect()
+}
+
+/// An index column (a histogram bucket); null is bucket 0.
+fn indexes(batch: &RecordBatch, name: &str) -> Vec<i64> {
+    let column = column(batch, name, &DataType::Int64);
+    let values = column.as_primitive::<Int64Type>();
+    (0..values.len())
+        .map(|i| {
+            if values.is_null(i) {
+                0
+            } else {
+                values.value(i)
+            }
+        })
+        .collect()
+}
+
+/// One row type per partial table: its labels (strings), bucket indexes and counts, read
+/// column by column from every batch of the table.
+macro_rules! counts {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident from $table:literal {
+            labels: $($label:ident),*;
+            $(indexes: $($index:ident),*;)?
+            counts: $($count:ident),*
+        }
+    )*) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $name {
+            $(pub $label: String,)*
+            $($(pub $index: i64,)*)?
+            $(pub $count: f64,)*
+        }
+
+        impl $name {
+            fn read(partials: &Partials) -> Vec<$name> {
+                let Some(table) = partials.table($table) else {
+                    debug_assert!(false, "partial {} is missing", $table);
+                    return Vec::new();
+                };
+                let mut rows = Vec::with_capacity(table.rows());
+                for batch in &table.batches {
+                    $(let mut $label = labels(batch, stringify!($label)).into_iter();)*
+                    $($(let mut $index = indexes(batch, stringify!($index)).into_iter();)*)?
+                    $(let mut $count = counts(batch, stringify!($count)).into_iter();)*
+                    for _ in 0..batch.num_rows() {
+                        rows.push($name {
+                            $($label: $label.next().unwrap_or_default(),)*
+                            $($($index: $index.next().unwrap_or_default(),)*)?
+                            $($count: $count.next().unwrap_or_default(),)*
+                        });
+                    }
+                }
+                rows
+            }
+        }
+    )*};
+}
+
+counts! {
+    /// Logical calls by how their first and final attempts ended.
+    CallCount from "partial_calls" {
+        labels: caller, callee, operation, first_outcome, final_outcome;
+        counts: calls
+    }
+    /// Attempts by kind (`first`, `retry`, ...), outcome and retry cause.
+    AttemptCount from "partial_attempts" {
+        labels: caller, callee, operation, attempt, outcome, cause;
+        counts: attempts
+    }
+    /// Requests per entry operation.
+    EntryCount from "partial_entries" {
+        labels: service, operation;
+        counts: requests
+    }
+    /// Attempts a layer received, and what it would have received with no retry upstream.
+    LayerCount from "partial_layers" {
+        labels: service;
+        counts: received, baseline
+    }
+    /// An edge's safety and provenance counts.
+    EdgeCount from "partial_edges" {
+        labels: caller, callee, operation;
+        counts: unsafe_retries, timeout_retries_on_writes, immediate_retries,
+            budgeted_attempts, deadline_ms_total, hidden_attempts, inferred_attempts,
+            hedged_attempts, instance_retries, other_instance_retries
+    }
+    /// Orphan pairs (work after the caller gave up) by how the callee's SERVER span ended.
+    OrphanCount from "partial_orphans" {
+        labels: caller, callee, operation, server_outcome;
+        counts: pairs, work_ms
+    }
+    /// Findings by kind and edge.
+    FindingCount from "partial_findings" {
+        labels: kind, caller, callee;
+        counts: count
+    }
+    /// Traces with retries at more than one layer, and broken traces, by entry service.
+    TraceCount from "partial_traces" {
+        labels: service;
+        counts: multi_layer_retry_traces, broken_traces
+    }
+    /// SERVER span durations per layer: count `n` and sum `seconds` in bucket `le`
+    /// ([`crate::histogram::le_bounds`]).
+    LatencyBuckets from "partial_latency" {
+        labels: service;
+        indexes: le;
+        counts: n, seconds
+    }
+    /// Remaining budgets at attempt start per edge, bucketed as the latencies are.
+    BudgetBuckets from "partial_budgets" {
+        labels: caller, callee, operation;
+        indexes: le;
+        counts: n, seconds
+    }
+}
+
+/// Everything one interval adds to the counters and histograms.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IntervalCounts {
+    pub calls: Vec<CallCount>,
+    pub attempts: Vec<AttemptCount>,
+    pub entries: Vec<EntryCount>,
+    pub layers: Vec<LayerCount>,
+    pub edges: Vec<EdgeCount>,
+    pub orphans: Vec<OrphanCount>,
+    pub findings: Vec<FindingCount>,
+    pub traces: Vec<TraceCount>,
+    pub latency: Vec<LatencyBuckets>,
+    pub budgets: Vec<BudgetBuckets>,
+}
+
+impl Partials {
+    /// This interval's counts, typed.
+    pub fn counts(&self) -> IntervalCounts {
+        IntervalCounts {
+            calls: CallCount::read(self),
+            attempts: AttemptCount::read(self),
+            entries: EntryCount::read(self),
+            layers: LayerCount::read(self),
+            edges: EdgeCount::read(self),
+            orphans: OrphanCount::read(self),
+            findings: FindingCount::read(self),
+            traces: TraceCount::read(self),
+            latency: LatencyBuckets::read(self),
+            budgets: BudgetBuckets::read(self),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int32Array, Int64Array, StringViewArray};
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+    use crate::table::Table;
+
+    /// Columns are read whatever their Arrow type (string views, integer sums), across
+    /// batches; a null label is "unknown" and a null count 0.
+    #[test]
+    fn columns_are_cast_and_nulls_have_their_meaning() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("service", DataType::Utf8View, true),
+            Field::new("le", DataType::Int32, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("seconds", DataType::Float64, true),
+        ]));
+        let batch = |service: Option<&str>, le: i32, n: Option<i64>, seconds: f64| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringViewArray::from(vec![service])),
+                    Arc::new(Int32Array::from(vec![le])),
+                    Arc::new(Int64Array::from(vec![n])),
+                    Arc::new(arrow::array::Float64Array::from(vec![seconds])),
+                ],
+            )
+            .unwrap()
+        };
+        let table = Table {
+            schema: schema.clone(),
+            batches: vec![
+                batch(Some("db"), 3, Some(2), 0.5),
+                batch(None, 7, None, 0.0),
+            ],
+        };
+        let partials = Partials {
+            tables: vec![("partial_latency", table)],
+            spans: 0,
+            traces: 0,
+            span_range: None,
+        };
+        assert_eq!(
+            LatencyBuckets::read(&partials),
+            vec![
+                LatencyBuckets {
+                    service: "db".into(),
+                    le: 3,
+                    n: 2.0,
+                    seconds: 0.5
+                },
+                LatencyBuckets {
+                    service: "unknown".into(),
+                    le: 7,
+                    n: 0.0,
+                    seconds: 0.0
+                },
+            ]
+        );
+    }
+}
