@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The issue-6 benchmark in one run: decode floor, rotel-agent pass-through, stormglass serve
-# with full analytics, and stormglass analyze/query against DuckDB on 10 M spans of Parquet.
-# Writes the ratio table to benches/latest.md (benches/README.md shows it) and prints it.
+# The benchmark in one run: decode floor, rotel-agent pass-through, stormglass serve with full
+# analytics, stormglass analyze/query against DuckDB on 10 M spans of Parquet; then how long
+# a retry storm takes to reach a real Alertmanager, idle and under background traffic.
+# Writes the tables to benches/latest.md (benches/README.md shows it) and prints them.
 #
 #   bash benches/run.sh                      # defaults: 20 s per server, 64 in flight, 3 rounds
 #   DURATION=30s SPANS=2000000 ROUNDS=5 bash benches/run.sh
+#   PARTS=detection bash benches/run.sh      # only the detection table (~10 min)
 #
 # Installs what it needs when missing: rotel-agent from PyPI's `rotel` wheel and DuckDB in a
-# virtualenv, both under $BENCH_CACHE. Builds the release binary into $CARGO_TARGET_DIR.
+# virtualenv, both under $BENCH_CACHE; Debian's prometheus-alertmanager. Builds the release
+# binary into $CARGO_TARGET_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${BENCH_CACHE:-/var/cache/stormglass/bench}
@@ -24,6 +27,14 @@ if [ ! -x "$rotel" ]; then
   python3 -m zipfile -e "$cache"/wheel/rotel-*.whl "$cache/rotel"
   chmod +x "$rotel"
 fi
+if ! command -v prometheus-alertmanager >/dev/null; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+    prometheus-alertmanager
+fi
+
 python=$cache/venv/bin/python
 if ! "$python" -c 'import duckdb' 2>/dev/null; then
   python3 -m venv "$cache/venv"
@@ -36,4 +47,5 @@ exec python3 "$root/benches/run.py" \
   --stormglass "$stormglass" --rotel "$rotel" --python "$python" \
   --parquet "$cache/spans-$spans.parquet" --spans "$spans" \
   --duration "${DURATION:-20s}" --concurrency "${CONCURRENCY:-64}" --rounds "${ROUNDS:-3}" \
+  --parts "${PARTS:-throughput,detection}" \
   --out "${OUT:-$root/benches/latest.md}"

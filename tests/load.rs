@@ -91,6 +91,18 @@ fn load_over_grpc_and_http_is_fully_accounted() {
     );
 }
 
+/// `--rate` paces the load: one second at 2,000 spans/s sends about 20 requests of ~100
+/// spans (unpaced, four in flight send hundreds).
+#[test]
+fn a_rate_paces_the_load() {
+    let server = Server::start(&[]);
+    let report = load("grpc", &server.grpc, server.pid(), &["--rate", "2000"]);
+    let requests = report["requests"].as_u64().unwrap();
+    let spans = report["accepted_spans"].as_f64().unwrap();
+    assert!((1..=21).contains(&requests), "{report}");
+    assert!(spans <= 2000.0 + spans / requests as f64, "{report}");
+}
+
 /// When the collector's memory bound refuses requests, the load generator counts their
 /// spans as refused and the two sides agree on what was accepted.
 #[test]
@@ -386,7 +398,7 @@ fn slow_analysis_makes_receivers_refuse() {
 )]
 fn analysis_panic_fails_healthz_until_it_recovers() {
     use prost::Message;
-    use stormglass_model::testing::{request, span};
+    use stormglass_testkit::otlp::{request, span};
     let server = Server::start(&[
         ("RUST_LOG", "warn"),
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),

@@ -1,6 +1,7 @@
 //! End-to-end against the real thing: Debian's Prometheus, Alertmanager, promtool and amtool
 //! with the shipped rules, dashboards and example configs, and the real `stormglass serve`
-//! fed by the OpenTelemetry SDK. `tests/run.sh` installs the packages when missing.
+//! fed by the OpenTelemetry SDK. `tests/run.sh` installs the packages when missing. Long
+//! because each test starts its own daemons; the helpers they share come first.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -257,26 +258,8 @@ struct Stack {
 impl Stack {
     fn start(name: &str) -> Stack {
         let dir = temp_dir(name);
-        let am_port = free_port();
+        let (alertmanager, am_port) = start_alertmanager(&dir);
         let alertmanager_url = format!("http://127.0.0.1:{am_port}");
-        std::fs::write(
-            dir.join("alertmanager.yml"),
-            "route:\n  receiver: default\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
-             receivers:\n  - name: default\n",
-        )
-        .unwrap();
-        let mut alertmanager = Daemon::start(
-            "alertmanager",
-            "prometheus-alertmanager",
-            &[
-                format!("--config.file={}", dir.join("alertmanager.yml").display()),
-                format!("--storage.path={}", dir.join("am-data").display()),
-                format!("--web.listen-address=127.0.0.1:{am_port}"),
-                "--cluster.listen-address=".to_owned(),
-            ],
-            &dir,
-        );
-        alertmanager.wait_ready(&format!("{alertmanager_url}/-/ready"));
 
         let server = Server::start(&[
             ("STORMGLASS_ASSEMBLY__IDLE", "500ms"),
@@ -315,11 +298,8 @@ impl Stack {
         query(&self.prometheus_url, promql)
     }
 
-    /// The alerts Alertmanager holds.
     fn alertmanager_alerts(&self) -> Vec<Value> {
-        let (status, body) = get(&format!("{}/api/v2/alerts", self.alertmanager_url));
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).unwrap()
+        alertmanager_alerts(&self.alertmanager_url)
     }
 
     fn logs(&self) -> String {
@@ -370,6 +350,37 @@ impl Drop for Traffic {
             let _ = t.join();
         }
     }
+}
+
+/// Alertmanager on a free loopback port (its files in `dir`), once ready; and the port.
+fn start_alertmanager(dir: &Path) -> (Daemon, u16) {
+    let port = free_port();
+    std::fs::write(
+        dir.join("alertmanager.yml"),
+        "route:\n  receiver: default\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+         receivers:\n  - name: default\n",
+    )
+    .unwrap();
+    let mut alertmanager = Daemon::start(
+        "alertmanager",
+        "prometheus-alertmanager",
+        &[
+            format!("--config.file={}", dir.join("alertmanager.yml").display()),
+            format!("--storage.path={}", dir.join("am-data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--cluster.listen-address=".to_owned(),
+        ],
+        dir,
+    );
+    alertmanager.wait_ready(&format!("http://127.0.0.1:{port}/-/ready"));
+    (alertmanager, port)
+}
+
+/// The alerts the Alertmanager at `url` holds.
+fn alertmanager_alerts(url: &str) -> Vec<Value> {
+    let (status, body) = get(&format!("{url}/api/v2/alerts"));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
 }
 
 /// Prometheus on 127.0.0.1:`port` with `config` (written to `dir`), once ready.
@@ -778,4 +789,81 @@ fn sharded_instances_sum_to_one_instance() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// `stormglass demo --otlp-grpc/--otlp-http` runs the storm against a collector already
+/// serving, and `alerts.for` at 0s makes the built-in evaluator page on the first interval
+/// that breaches: the amplification alert reaches Alertmanager long before its default
+/// `for: 2m` could have passed.
+#[test]
+fn a_zero_hold_pages_on_the_first_breach() {
+    let dir = temp_dir("zero-hold");
+    let (alertmanager, am_port) = start_alertmanager(&dir);
+    let alertmanager_url = format!("http://127.0.0.1:{am_port}");
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "1s"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
+        ("STORMGLASS_ALERTS__ALERTMANAGERS", &alertmanager_url),
+        (
+            "STORMGLASS_ALERTS__FOR__STORMGLASSRETRYAMPLIFICATIONHIGH",
+            "0s",
+        ),
+    ]);
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_stormglass"))
+        .args([
+            "demo",
+            "--scenario",
+            "storm",
+            "--rate",
+            "10",
+            "--duration",
+            "40s",
+            "--otlp-grpc",
+            &server.grpc,
+            "--otlp-http",
+            &server.http,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let paged = loop {
+        let alerts = alertmanager_alerts(&alertmanager_url);
+        if let Some(alert) = alerts
+            .into_iter()
+            .find(|a| a["labels"]["alertname"] == "StormglassRetryAmplificationHigh")
+        {
+            break alert;
+        }
+        if started.elapsed() > Duration::from_secs(60) || demo.try_wait().unwrap().is_some() {
+            let _ = demo.kill();
+            let output = demo.wait_with_output().unwrap();
+            panic!(
+                "no page after {:?}; demo: {}{}\n--- alertmanager\n{}",
+                started.elapsed(),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr),
+                alertmanager.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = demo.kill();
+    let output = demo.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(&format!("exporting to OTLP gRPC {}", server.grpc)),
+        "{stdout}"
+    );
+    assert!(
+        paged["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("x the attempts"),
+        "{paged}"
+    );
+    // The built-in evaluator's own view: firing, with the hold it was configured with.
+    let (_, body) = get(&format!("http://{}/api/v1/alerts", server.api));
+    assert!(body.contains("\"firing\""), "{body}");
 }

@@ -41,24 +41,14 @@ pub async fn run(
         &collector.http.to_string(),
     )
     .await?;
-    let (stop, stopped) = watch::channel(false);
     let started = Instant::now();
-    let counts = {
-        let load = chain.run(rate, duration, 512, stopped);
-        tokio::pin!(load);
-        let mut tick = tokio::time::interval(SUMMARY_EVERY);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                counts = &mut load => break counts,
-                _ = tick.tick() => print!("{}", summary(scenario, started.elapsed(), duration, chain.stats(), &collector)),
-                signal = shutdown_signal() => {
-                    tracing::info!(signal = signal?, "stopping the demo");
-                    let _ = stop.send(true);
-                }
-            }
-        }
-    };
+    let counts = drive(&chain, rate, duration, |counts| {
+        print!(
+            "{}",
+            summary(scenario, started.elapsed(), duration, counts, &collector)
+        )
+    })
+    .await?;
     chain.shutdown().await;
     // Let assembly release the last traces and the analysis run over them.
     println!("load done; waiting for the last traces to be analysed...");
@@ -68,6 +58,64 @@ pub async fn run(
         summary(scenario, started.elapsed(), duration, counts, &collector)
     );
     collector.stop().await
+}
+
+/// The demo chain alone, exporting its spans to a collector already running (OTLP/gRPC at
+/// `grpc`, OTLP/HTTP at `http`): the figures are that collector's to show.
+pub async fn send(
+    scenario: Scenario,
+    duration: Duration,
+    rate: f64,
+    grpc: &str,
+    http: &str,
+) -> anyhow::Result<()> {
+    println!(
+        "stormglass demo: scenario {scenario}: {}\n\
+         exporting to OTLP gRPC {grpc} and HTTP {http}\n\
+         sending {rate} requests/s for {}; Ctrl-C stops early.\n",
+        scenario.story(),
+        humantime::format_duration(duration),
+    );
+    let chain = Chain::start(scenario, grpc, http).await?;
+    let started = Instant::now();
+    let line = |counts: Counts| {
+        format!(
+            "{:>4.0}s: {} requests ({} ok, {} failed)\n",
+            started.elapsed().as_secs_f64(),
+            counts.requests,
+            counts.succeeded,
+            counts.failed
+        )
+    };
+    let counts = drive(&chain, rate, duration, |counts| print!("{}", line(counts))).await?;
+    chain.shutdown().await;
+    print!("{}", line(counts));
+    Ok(())
+}
+
+/// Run the chain at `rate` for `duration` (Ctrl-C stops early), calling `tick` with the
+/// counts so far every few seconds; returns the final counts.
+async fn drive(
+    chain: &Chain,
+    rate: f64,
+    duration: Duration,
+    tick: impl Fn(Counts),
+) -> anyhow::Result<Counts> {
+    let (stop, stopped) = watch::channel(false);
+    let load = chain.run(rate, duration, 512, stopped);
+    tokio::pin!(load);
+    let mut every = tokio::time::interval(SUMMARY_EVERY);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            counts = &mut load => return Ok(counts),
+            _ = every.tick() => tick(chain.stats()),
+            signal = shutdown_signal() => {
+                tracing::info!(signal = signal?, "stopping the demo");
+                let _ = stop.send(true);
+            }
+        }
+    }
 }
 
 /// The headline figures: requests, the entry edge's success, amplification per layer, and

@@ -103,7 +103,8 @@ enum Command {
     /// over gRPC and payment over HTTP -> a database) that replays one failure mode through
     /// the OpenTelemetry SDK, printing the headline figures every 5 s. The collector listens
     /// where `serve` does; the demo analyses every 2 s (assembly.idle 2s,
-    /// analytics.interval 2s).
+    /// analytics.interval 2s). With --otlp-grpc and --otlp-http, only the chain runs, its
+    /// spans exported to a collector already running.
     Demo {
         /// healthy, storm, gc-pause, tail, budget, unsafe or orphans.
         #[arg(long, default_value = "storm", value_parser = scenario)]
@@ -115,8 +116,15 @@ enum Command {
         #[arg(long, default_value_t = 20.0)]
         rate: f64,
         /// Configuration file (the same file `serve` reads).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "otlp_grpc")]
         config: Option<PathBuf>,
+        /// Export the chain's spans to a collector already running (`stormglass serve`, an
+        /// OpenTelemetry Collector) at this OTLP/gRPC address instead of starting one.
+        #[arg(long, value_name = "HOST:PORT", requires = "otlp_http")]
+        otlp_grpc: Option<String>,
+        /// Its OTLP/HTTP address (some of the chain's services export over HTTP).
+        #[arg(long, value_name = "HOST:PORT", requires = "otlp_grpc")]
+        otlp_http: Option<String>,
     },
     /// Send synthetic SDK-shaped traces to an OTLP receiver (stormglass or any collector)
     /// and report accepted/refused spans, spans/s and, with --pid, the server's CPU-seconds
@@ -177,6 +185,10 @@ struct LoadArgs {
     /// Spans per export request (whole traces, so slightly more).
     #[arg(long, default_value_t = 600)]
     spans_per_request: usize,
+    /// Send at most this many spans per second, paced per request (background traffic
+    /// at a chosen share of a receiver's capacity); unset, as fast as it answers.
+    #[arg(long, value_name = "SPANS_PER_SECOND")]
+    rate: Option<f64>,
     /// Distinct pre-encoded requests to cycle through.
     #[arg(long, default_value_t = 16)]
     payloads: usize,
@@ -256,7 +268,9 @@ fn main() -> ExitCode {
             duration,
             rate,
             config,
-        } => demo(config, scenario, duration, rate),
+            otlp_grpc,
+            otlp_http,
+        } => demo(config, scenario, duration, rate, otlp_grpc.zip(otlp_http)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -295,9 +309,14 @@ fn demo(
     scenario: stormglass_demo::Scenario,
     duration: std::time::Duration,
     rate: f64,
+    elsewhere: Option<(String, String)>,
 ) -> anyhow::Result<()> {
     if !(rate.is_finite() && rate > 0.0) {
         anyhow::bail!("--rate must be a positive number of requests per second");
+    }
+    if let Some((grpc, http)) = elsewhere {
+        return tokio::runtime::Runtime::new()?
+            .block_on(demo::send(scenario, duration, rate, &grpc, &http));
     }
     let quick: config::Overrides = vec![
         ("assembly.idle", "2s".to_owned()),
@@ -311,6 +330,9 @@ fn demo(
 fn load(args: LoadArgs) -> anyhow::Result<()> {
     if !(0.0..=1.0).contains(&args.retry_rate) {
         anyhow::bail!("--retry-rate must be between 0 and 1");
+    }
+    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        anyhow::bail!("--rate must be a positive number of spans per second");
     }
     let shape = stormglass_model::synth::Shape {
         depth: args.depth,
@@ -338,6 +360,7 @@ fn load(args: LoadArgs) -> anyhow::Result<()> {
         endpoint: args.endpoint,
         concurrency: args.concurrency,
         duration: args.duration,
+        rate: args.rate,
         server_pid: args.pid,
         settle: args.settle,
     };

@@ -93,6 +93,10 @@ impl Payloads {
         self.templates.iter().map(|t| t.bytes.len() as u64).sum()
     }
 
+    pub fn spans_per_request(&self) -> f64 {
+        self.spans() as f64 / self.templates.len().max(1) as f64
+    }
+
     pub fn spans_per_trace(&self) -> f64 {
         self.spans() as f64 / self.traces.max(1) as f64
     }
@@ -169,6 +173,9 @@ pub struct LoadConfig {
     pub endpoint: String,
     pub concurrency: usize,
     pub duration: Duration,
+    /// Spans per second to send at most (paced per request); `None` sends as fast as the
+    /// receiver answers.
+    pub rate: Option<f64>,
     /// Server process whose CPU and memory to report.
     pub server_pid: Option<u32>,
     /// Extra time after the last answer before reading the server's CPU, so work the
@@ -259,6 +266,12 @@ pub async fn run(config: &LoadConfig, payloads: Arc<Payloads>) -> Result<LoadRep
     let sends = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + config.duration;
+    // With a rate, the n-th request is due n request-intervals after the start, whichever
+    // task sends it: the rate holds however many are in flight.
+    let every = config
+        .rate
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(payloads.spans_per_request() / r));
     let tasks: Vec<_> = (0..config.concurrency.max(1))
         .map(|_| {
             let (sender, counters, sends, payloads) = (
@@ -269,7 +282,15 @@ pub async fn run(config: &LoadConfig, payloads: Arc<Payloads>) -> Result<LoadRep
             );
             tokio::spawn(async move {
                 while Instant::now() < deadline {
-                    let (body, spans) = payloads.fresh(sends.fetch_add(1, Ordering::Relaxed));
+                    let send = sends.fetch_add(1, Ordering::Relaxed);
+                    if let Some(every) = every {
+                        let due = started + every.mul_f64(send as f64);
+                        if due >= deadline {
+                            break;
+                        }
+                        tokio::time::sleep_until(due.into()).await;
+                    }
+                    let (body, spans) = payloads.fresh(send);
                     counters.requests.fetch_add(1, Ordering::Relaxed);
                     if !sender.send(body, spans, &counters).await {
                         // Refused: back off a little, as exporters do, instead of spinning.
