@@ -51,21 +51,10 @@ WITH e AS (
   FROM p_edges
   GROUP BY caller, callee, operation
 ),
-timeout_buckets AS (
-  SELECT caller, callee, operation, bucket, SUM(n) AS n
-  FROM p_timeouts GROUP BY caller, callee, operation, bucket
-),
-timeout_cumulative AS (
-  SELECT caller, callee, operation, bucket,
-    SUM(n) OVER (PARTITION BY caller, callee, operation ORDER BY bucket
-      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
-    SUM(n) OVER (PARTITION BY caller, callee, operation) AS total
-  FROM timeout_buckets
-),
 medians AS (
-  SELECT caller, callee, operation, MAX(total) AS total,
-    sg_bucket_ms(MIN(CASE WHEN cum >= CEIL(0.5 * total) THEN bucket END)) AS median_ms
-  FROM timeout_cumulative GROUP BY caller, callee, operation
+  SELECT caller, callee, operation, SUM(n) AS total,
+    sg_bucket_quantile(bucket, n, 0.5) AS median_ms
+  FROM p_timeouts GROUP BY caller, callee, operation
 ),
 modes AS (
   SELECT caller, callee, operation, deadline_ms AS mode_ms, n AS mode_n

@@ -7,7 +7,8 @@
 //! the window is built from. Values below 1 µs share the 1 µs bucket.
 //!
 //! SQL sees two functions: `sg_bucket(ms DOUBLE) -> INT` and `sg_bucket_ms(bucket INT) ->
-//! DOUBLE`.
+//! DOUBLE`; and one aggregate, `sg_bucket_quantile(bucket INT, n DOUBLE, q DOUBLE) -> DOUBLE`,
+//! the one definition of a quantile read from a histogram (see [`quantile`]).
 //!
 //! Prometheus gets a second, coarser histogram of the same durations,
 //! `stormglass_layer_duration_seconds`, whose bucket bounds ([`le_bounds`]) are fixed for
@@ -17,11 +18,15 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, Float64Array, Int32Array};
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int32Array};
 use arrow::compute::unary;
-use arrow::datatypes::{DataType, Float64Type, Int32Type};
-use datafusion::common::Result;
-use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use arrow::datatypes::{DataType, Field, Float64Type, Int32Type};
+use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::logical_expr::function::AccumulatorArgs;
+use datafusion::logical_expr::{Accumulator, ColumnarValue, Volatility, create_udaf, create_udf};
+use datafusion::physical_expr::expressions::Literal;
 use datafusion::prelude::SessionContext;
 
 /// Relative accuracy of every quantile read from a histogram.
@@ -60,10 +65,119 @@ pub fn le_index(bounds: &[f64], seconds: f64) -> i32 {
     bounds.partition_point(|bound| *bound < seconds) as i32
 }
 
-/// Register `sg_bucket`, `sg_bucket_ms` and `sg_le` in a session. Each maps the values
-/// with Arrow's `unary`, which keeps the input's nulls and maps every slot: collecting an
-/// iterator of `Option`s built the array value by value (~3% of the live analysis's
-/// samples, `perf record`).
+/// The nearest-rank `q`-quantile of a histogram given as (bucket, count) pairs, read back at
+/// the bucket's value: the first bucket, ascending, whose cumulative count reaches
+/// `ceil(q * total)`. `unbucketed` counts values without a bucket: they are part of the
+/// total but never the answer. `None` when no bucket reaches the rank.
+pub fn quantile(buckets: &BTreeMap<i32, f64>, unbucketed: f64, q: f64) -> Option<f64> {
+    let total = buckets.values().sum::<f64>() + unbucketed;
+    let rank = (q * total).ceil();
+    let mut cumulative = 0.0;
+    buckets.iter().find_map(|(bucket, n)| {
+        cumulative += n;
+        (cumulative >= rank).then(|| bucket_ms(*bucket))
+    })
+}
+
+/// `sg_bucket_quantile`'s state: the histogram of one group, merged by adding counts.
+#[derive(Debug)]
+struct QuantileAccumulator {
+    q: f64,
+    buckets: BTreeMap<i32, f64>,
+    unbucketed: f64,
+}
+
+impl QuantileAccumulator {
+    fn add(&mut self, bucket: Option<i32>, n: Option<f64>) {
+        let Some(n) = n else { return };
+        match bucket {
+            Some(bucket) => *self.buckets.entry(bucket).or_default() += n,
+            None => self.unbucketed += n,
+        }
+    }
+}
+
+impl Accumulator for QuantileAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let buckets = values[0].as_primitive::<Int32Type>();
+        let counts = values[1].as_primitive::<Float64Type>();
+        for (bucket, n) in buckets.iter().zip(counts.iter()) {
+            self.add(bucket, n);
+        }
+        Ok(())
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let buckets = states[0].as_list::<i32>();
+        let counts = states[1].as_list::<i32>();
+        let unbucketed = states[2].as_primitive::<Float64Type>();
+        for row in 0..states[0].len() {
+            let (b, n) = (buckets.value(row), counts.value(row));
+            for (bucket, n) in b
+                .as_primitive::<Int32Type>()
+                .iter()
+                .zip(n.as_primitive::<Float64Type>())
+            {
+                self.add(bucket, n);
+            }
+            self.add(
+                None,
+                unbucketed.is_valid(row).then(|| unbucketed.value(row)),
+            );
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        let buckets: Vec<ScalarValue> = self
+            .buckets
+            .keys()
+            .map(|b| ScalarValue::Int32(Some(*b)))
+            .collect();
+        let counts: Vec<ScalarValue> = self
+            .buckets
+            .values()
+            .map(|n| ScalarValue::Float64(Some(*n)))
+            .collect();
+        Ok(vec![
+            ScalarValue::List(ScalarValue::new_list_nullable(&buckets, &DataType::Int32)),
+            ScalarValue::List(ScalarValue::new_list_nullable(&counts, &DataType::Float64)),
+            ScalarValue::Float64(Some(self.unbucketed)),
+        ])
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        Ok(ScalarValue::Float64(quantile(
+            &self.buckets,
+            self.unbucketed,
+            self.q,
+        )))
+    }
+
+    fn size(&self) -> usize {
+        size_of_val(self) + self.buckets.len() * (size_of::<i32>() + size_of::<f64>() + 32)
+    }
+}
+
+/// `q` is the aggregate's third argument, which must be a constant in [0, 1].
+fn quantile_accumulator(args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+    let q = match args.exprs.get(2).and_then(|e| e.downcast_ref::<Literal>()) {
+        Some(literal) => match literal.value() {
+            ScalarValue::Float64(Some(q)) if (0.0..=1.0).contains(q) => *q,
+            other => return exec_err!("sg_bucket_quantile: q must be in [0, 1], got {other}"),
+        },
+        None => return exec_err!("sg_bucket_quantile: q must be a constant"),
+    };
+    Ok(Box::new(QuantileAccumulator {
+        q,
+        buckets: BTreeMap::new(),
+        unbucketed: 0.0,
+    }))
+}
+
+/// Register `sg_bucket`, `sg_bucket_ms`, `sg_le` and `sg_bucket_quantile` in a session. The
+/// scalar functions map the values with Arrow's `unary`, which keeps the input's nulls and
+/// maps every slot (collecting an iterator of `Option`s builds the array value by value).
 pub fn register(ctx: &SessionContext) {
     let to_bucket = |args: &[ColumnarValue]| -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(args)?;
@@ -105,11 +219,87 @@ pub fn register(ctx: &SessionContext) {
         Volatility::Immutable,
         Arc::new(to_ms),
     ));
+    let list = |item: DataType| DataType::List(Arc::new(Field::new_list_field(item, true)));
+    ctx.register_udaf(create_udaf(
+        "sg_bucket_quantile",
+        vec![DataType::Int32, DataType::Float64, DataType::Float64],
+        Arc::new(DataType::Float64),
+        Volatility::Immutable,
+        Arc::new(quantile_accumulator),
+        Arc::new(vec![
+            list(DataType::Int32),
+            list(DataType::Float64),
+            DataType::Float64,
+        ]),
+    ));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The aggregate merges partial histograms from several partitions, counts unbucketed
+    /// values in the total only, and is null when no bucket reaches the rank.
+    #[tokio::test]
+    async fn bucket_quantile_is_nearest_rank_over_merged_partitions() {
+        use arrow::array::{RecordBatch, StringArray};
+        use arrow::datatypes::Schema;
+        use datafusion::datasource::MemTable;
+        use datafusion::prelude::SessionConfig;
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("g", DataType::Utf8, false),
+            Field::new("bucket", DataType::Int32, true),
+            Field::new("n", DataType::Float64, true),
+        ]));
+        let batch = |g: &[&str], b: &[Option<i32>], n: &[Option<f64>]| {
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from(g.to_vec())),
+                Arc::new(Int32Array::from(b.to_vec())),
+                Arc::new(Float64Array::from(n.to_vec())),
+            ];
+            RecordBatch::try_new(schema.clone(), columns).unwrap()
+        };
+        // Group a: buckets 10 (1), 20 (0.5 + 1.5), 30 (1) and 1 unbucketed: total 5.
+        let first = batch(
+            &["a", "a", "a"],
+            &[Some(10), Some(20), None],
+            &[Some(1.0), Some(0.5), Some(1.0)],
+        );
+        let second = batch(
+            &["a", "a", "b"],
+            &[Some(20), Some(30), Some(7)],
+            &[Some(1.5), Some(1.0), None],
+        );
+        let table = MemTable::try_new(schema.clone(), vec![vec![first], vec![second]]).unwrap();
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        register(&ctx);
+        ctx.register_table("h", Arc::new(table)).unwrap();
+        let sql = "SELECT g, sg_bucket_quantile(bucket, n, 0.0) AS q0, \
+                   sg_bucket_quantile(bucket, n, 0.5) AS q50, \
+                   sg_bucket_quantile(bucket, n, 0.9) AS q90 FROM h GROUP BY g ORDER BY g";
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+        let column = |i: usize| -> Vec<Option<f64>> {
+            batch
+                .column(i)
+                .as_primitive::<Float64Type>()
+                .iter()
+                .collect()
+        };
+        // a: rank ceil(0.5 x 5) = 3 is reached at bucket 20; ceil(0.9 x 5) = 5 only with
+        // the unbucketed value, so null. b: no counted value.
+        assert_eq!(column(1), [Some(bucket_ms(10)), None]);
+        assert_eq!(column(2), [Some(bucket_ms(20)), None]);
+        assert_eq!(column(3), [None, None]);
+
+        let varying = ctx
+            .sql("SELECT sg_bucket_quantile(bucket, n, n) FROM h")
+            .await
+            .unwrap();
+        let err = varying.collect().await.unwrap_err();
+        assert!(err.to_string().contains("q must be a constant"), "{err}");
+    }
 
     /// Every value reads back within 2% through its bucket, from 1 µs to an hour.
     #[test]
