@@ -1,0 +1,266 @@
+//! The catalogue: every figure metric's name, help and labels (docs/metrics.md lists the
+//! same), one enum per kind whose variants index the collector's state.
+
+use std::sync::LazyLock;
+
+/// Labels whose values come from the spans (unbounded sets; folded on overflow).
+pub(super) const IDENTITY: [&str; 5] = ["caller", "callee", "service", "operation", "cause"];
+
+pub(super) const EDGE: &[&str] = &["caller", "callee", "operation"];
+pub(super) const SERVICE: &[&str] = &["service"];
+
+pub(super) struct Spec {
+    pub(super) name: &'static str,
+    pub(super) help: &'static str,
+    pub(super) labels: &'static [&'static str],
+}
+
+pub(super) const fn spec(
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+) -> Spec {
+    Spec { name, help, labels }
+}
+
+/// Declares one kind of metric family from one list: an enum whose variants index that
+/// kind's state (`as usize`), `ALL` in the list's order, `spec()` (name, help, labels: the
+/// catalogue), and the static of every spec in that order.
+macro_rules! families {
+    ($(#[$doc:meta])* $kind:ident, $specs:ident { $($variant:ident => $spec:expr,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(super) enum $kind {
+            $($variant,)*
+        }
+
+        impl $kind {
+            pub(super) const ALL: &[$kind] = &[$($kind::$variant,)*];
+
+            pub(super) const fn spec(self) -> Spec {
+                match self {
+                    $($kind::$variant => $spec,)*
+                }
+            }
+        }
+
+        pub(super) static $specs: LazyLock<Vec<Spec>> =
+            LazyLock::new(|| $kind::ALL.iter().map(|k| k.spec()).collect());
+    };
+}
+
+families! {
+    /// The counter families, in docs/metrics.md's order.
+    Counter, COUNTERS {
+        LogicalCalls => spec(
+            "stormglass_logical_calls_total",
+            "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
+            &[
+                "caller",
+                "callee",
+                "operation",
+                "first_outcome",
+                "final_outcome",
+            ],
+        ),
+        Attempts => spec(
+            "stormglass_attempts_total",
+            "Attempts, first or retry, by outcome class and cause (a retry's cause; none for first attempts).",
+            &[
+                "caller",
+                "callee",
+                "operation",
+                "attempt",
+                "outcome",
+                "cause",
+            ],
+        ),
+        EntryRequests => spec(
+            "stormglass_entry_requests_total",
+            "Requests entering the system (root SERVER/CONSUMER spans), by entry service and operation.",
+            &["service", "operation"],
+        ),
+        LayerAttempts => spec(
+            "stormglass_layer_attempts_total",
+            "Attempts (and entry requests) received by a layer; divided by the baseline it is the amplification.",
+            SERVICE,
+        ),
+        LayerBaseline => spec(
+            "stormglass_layer_baseline_attempts_total",
+            "Attempts a layer would have received with no retry anywhere upstream.",
+            SERVICE,
+        ),
+        OrphanPairs => spec(
+            "stormglass_orphan_pairs_total",
+            "Cancelled or timed-out attempts whose callee kept working, by the callee's outcome (ok/failed/pending).",
+            &["caller", "callee", "operation", "server_outcome"],
+        ),
+        OrphanWork => spec(
+            "stormglass_orphan_work_seconds_total",
+            "Seconds callees kept working after their caller cancelled or timed out.",
+            EDGE,
+        ),
+        UnsafeRetries => spec(
+            "stormglass_unsafe_retries_total",
+            "Retries of non-idempotent operations without an idempotency key.",
+            EDGE,
+        ),
+        TimeoutRetriesOnWrites => spec(
+            "stormglass_timeout_retries_on_writes_total",
+            "Retries caused by a deadline on non-idempotent operations (double-write risk).",
+            EDGE,
+        ),
+        ImmediateRetries => spec(
+            "stormglass_immediate_retries_total",
+            "Retries started sooner than advice.min_backoff_ms after the previous attempt.",
+            EDGE,
+        ),
+        DeadlineViolations => spec(
+            "stormglass_deadline_violations_total",
+            "Deadline budget violations: inversion, overcommit, not_propagated.",
+            &["caller", "callee", "kind"],
+        ),
+        MultiLayer => spec(
+            "stormglass_multi_layer_retry_traces_total",
+            "Traces in which two or more distinct callers retried, by entry service.",
+            SERVICE,
+        ),
+        BrokenTraces => spec(
+            "stormglass_broken_traces_total",
+            "Traces with a span whose parent never arrived (a subtree that looks like its own entry), by the service of that span.",
+            SERVICE,
+        ),
+        BudgetedAttempts => spec(
+            "stormglass_budgeted_attempts_total",
+            "Attempts that carry a budget (a deadline): the attempts stormglass_timeout_seconds is the median of.",
+            EDGE,
+        ),
+        DeadlineSeconds => spec(
+            "stormglass_attempt_deadline_seconds_total",
+            "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
+            EDGE,
+        ),
+        HiddenAttempts => spec(
+            "stormglass_hidden_attempts_total",
+            "Attempts read from SERVER spans that carry no attempt number: re-sends below the caller's CLIENT span (client library, proxy), calls from uninstrumented callers.",
+            EDGE,
+        ),
+        InferredAttempts => spec(
+            "stormglass_inferred_attempts_total",
+            "Attempts joined to their call as an application loop's retries (unnumbered sibling CLIENT spans after a retryable failure).",
+            EDGE,
+        ),
+        HedgedAttempts => spec(
+            "stormglass_hedged_attempts_total",
+            "Hedged attempts: started before an earlier attempt of the call had ended (counted as attempts, not as retries).",
+            EDGE,
+        ),
+        InstanceRetries => spec(
+            "stormglass_instance_retries_total",
+            "Retries whose SERVER span's instance and the previous attempt's are both known (service.instance.id, else host.name).",
+            EDGE,
+        ),
+        OtherInstanceRetries => spec(
+            "stormglass_other_instance_retries_total",
+            "Retries that reached another instance than the attempt before: divided by stormglass_instance_retries_total, the share of retries that moved.",
+            EDGE,
+        ),
+    }
+}
+
+families! {
+    /// The histogram families.
+    Histogram, HISTOGRAMS {
+        LayerDuration => spec(
+            "stormglass_layer_duration_seconds",
+            "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
+            SERVICE,
+        ),
+        RemainingBudget => spec(
+            "stormglass_remaining_budget_seconds",
+            "The caller's remaining budget when an attempt starts: the deadline of its nearest budgeted ancestor minus the time already spent (0 when spent).",
+            EDGE,
+        ),
+    }
+}
+
+families! {
+    /// The gauge families.
+    Gauge, GAUGES {
+        EffectiveSuccess => spec(
+            "stormglass_effective_success_ratio",
+            "Window: logical calls whose first attempt succeeded / logical calls.",
+            EDGE,
+        ),
+        RawSuccess => spec(
+            "stormglass_raw_success_ratio",
+            "Window: logical calls whose final attempt succeeded / logical calls.",
+            EDGE,
+        ),
+        RetryContribution => spec(
+            "stormglass_retry_contribution_ratio",
+            "Window: successful logical calls that needed a retry / successful logical calls.",
+            EDGE,
+        ),
+        RetrySuccess => spec(
+            "stormglass_retry_success_ratio",
+            "Window: successful retry attempts / retry attempts.",
+            EDGE,
+        ),
+        RetryRatio => spec(
+            "stormglass_retry_ratio",
+            "Window: retry attempts / first attempts.",
+            EDGE,
+        ),
+        Amplification => spec(
+            "stormglass_amplification_ratio",
+            "Window: attempts received by the layer / attempts it would receive with no retry upstream.",
+            SERVICE,
+        ),
+        StormPotential => spec(
+            "stormglass_storm_potential_ratio",
+            "Window: product of (max attempt number + 1) along the deepest call chain below the entry operation.",
+            &["service", "operation"],
+        ),
+        LayerP99 => spec(
+            "stormglass_layer_latency_p99_seconds",
+            "Window: P99 layer latency (log-bucketed, within 2%).",
+            SERVICE,
+        ),
+        LayerP999 => spec(
+            "stormglass_layer_latency_p999_seconds",
+            "Window: P99.9 layer latency (log-bucketed, within 2%).",
+            SERVICE,
+        ),
+        TailRatio => spec(
+            "stormglass_layer_tail_ratio",
+            "Window: P99.9 / P99 layer latency.",
+            SERVICE,
+        ),
+        Timeout => spec(
+            "stormglass_timeout_seconds",
+            "Window: median deadline the caller gives the callee's operation.",
+            EDGE,
+        ),
+        RecommendedTimeout => spec(
+            "stormglass_recommended_timeout_seconds",
+            "Window: callee P99.9 x advice.timeout_factor.",
+            EDGE,
+        ),
+        CalleeP999 => spec(
+            "stormglass_callee_latency_p999_seconds",
+            "Window: the callee's P99.9 latency, per edge (what stormglass_timeout_seconds is compared with).",
+            EDGE,
+        ),
+        ClockSkew => spec(
+            "stormglass_clock_skew_seconds",
+            "Window: how far the callee's clock reads ahead of the caller's, estimated from their answered calls (corrected before orphan and deadline checks).",
+            &["caller", "callee"],
+        ),
+        Coverage => spec(
+            "stormglass_instrumentation_coverage_ratio",
+            "Window: share of the edge's attempts whose spans carry what a figure needs, by field (attempt_number, cause, deadline, idempotency, server_spans; and how attempts were found: from_server_spans, inferred).",
+            &["caller", "callee", "operation", "field"],
+        ),
+    }
+}

@@ -1,0 +1,75 @@
+use super::*;
+
+fn key(values: &[&str]) -> Key {
+    values.iter().map(|v| (*v).to_owned()).collect()
+}
+
+/// Each family's variant sits at its own place in `ALL` (what indexes the state), and
+/// no name is used twice.
+#[test]
+fn catalogue_is_indexed_by_its_variants() {
+    assert!(
+        Counter::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, c)| *c as usize == i)
+    );
+    assert!(
+        Histogram::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, h)| *h as usize == i)
+    );
+    assert!(Gauge::ALL.iter().enumerate().all(|(i, g)| *g as usize == i));
+    let mut names: Vec<&str> = COUNTERS
+        .iter()
+        .chain(HISTOGRAMS.iter())
+        .chain(GAUGES.iter())
+        .map(|s| s.name)
+        .collect();
+    let all = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all);
+}
+
+/// Over the limit, a new edge folds into operation="__overflow__" when that series
+/// exists, otherwise into the all-identity overflow series; existing series still grow.
+#[test]
+fn folding_keeps_series_bounded() {
+    let spec = &Counter::UnsafeRetries.spec();
+    let mut series = BTreeMap::new();
+    series.insert(key(&["a", "b", "op1"]), 1.0);
+    let Folded::Yes(first) = fold(spec, &series, key(&["a", "b", "op2"]), 1) else {
+        panic!("over the limit must fold");
+    };
+    assert_eq!(first, key(&[OVERFLOW, OVERFLOW, OVERFLOW]));
+    series.insert(key(&["a", "b", OVERFLOW]), 0.0);
+    let Folded::Yes(second) = fold(spec, &series, key(&["a", "b", "op3"]), 1) else {
+        panic!("over the limit must fold");
+    };
+    assert_eq!(second, key(&["a", "b", OVERFLOW]));
+    assert!(matches!(
+        fold(spec, &series, key(&["x", "y", "z"]), 10),
+        Folded::No(_)
+    ));
+}
+
+/// Closed-set labels (attempt kind, outcome) survive folding; cause, free text, folds.
+#[test]
+fn folding_keeps_closed_labels() {
+    let spec = &Counter::Attempts.spec();
+    let series: BTreeMap<Key, f64> = [(key(&["a", "b", "op", "first", "ok", "none"]), 1.0)].into();
+    let Folded::Yes(folded) = fold(
+        spec,
+        &series,
+        key(&["c", "d", "op", "retry", "deadline", "deadline"]),
+        1,
+    ) else {
+        panic!("over the limit must fold");
+    };
+    assert_eq!(
+        folded,
+        key(&[OVERFLOW, OVERFLOW, OVERFLOW, "retry", "deadline", OVERFLOW])
+    );
+}
