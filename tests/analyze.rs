@@ -3,8 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "fixtures.rs"]
-mod fixtures;
+use stormglass_testkit::fixtures;
 
 use std::path::{Path, PathBuf};
 
@@ -316,24 +315,23 @@ fn duplicated_requests_give_the_figures_of_one() {
 /// rather than the caller's client-observed time.
 #[test]
 fn stalled_callee_shows_its_tail() {
-    use fixtures::{CLIENT, SERVER};
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
     ]);
     let (mut caller, mut callee) = (Spans::default(), Spans::default());
-    let p = caller.add(1, None, "web", "GET /", SERVER, 0.0, 250.0, vec![]);
-    let c = caller.add(
-        1,
-        Some(p),
-        "web",
-        "GET",
-        CLIENT,
-        1.0,
-        201.0,
-        vec![fixtures::peer("inv")],
-    );
-    callee.add(1, Some(c), "inv", "GET /stock", SERVER, 2.0, 3002.0, vec![]);
+    let p = caller.server(1, "web", "GET /").at(0.0, 250.0).add();
+    let c = caller
+        .client(1, "web", "GET")
+        .under(p)
+        .at(1.0, 201.0)
+        .with(vec![fixtures::peer("inv")])
+        .add();
+    callee
+        .server(1, "inv", "GET /stock")
+        .under(c)
+        .at(2.0, 3002.0)
+        .add();
     let post = |spans: &Spans| post_request(&server, spans);
     post(&caller);
     server.wait_until("the caller's trace analysed", |s| {
@@ -457,18 +455,22 @@ fn offline_and_live(name: &str, spans: &Spans) -> Value {
 /// spans). Each hop gets its edge and inv its amplification, live and offline.
 #[test]
 fn uninstrumented_callers_retries_seen_on_the_callee() {
-    use fixtures::{SERVER, http_status, retry};
-    use stormglass_model::testing::kv;
+    use fixtures::{http_status, retry};
+    use stormglass_testkit::otlp::kv;
     let mut spans = Spans::default();
     for t in 1..=10u32 {
         for (n, code) in [(0, 503), (1, 503), (2, 200)] {
             let at = n as f64 * 10.0;
             let attrs = vec![retry(n), http_status(code), fixtures::route("/stock")];
-            spans.add(t, None, "inv", "GET /stock", SERVER, at, at + 5.0, attrs);
+            spans
+                .server(t, "inv", "GET /stock")
+                .at(at, at + 5.0)
+                .with(attrs)
+                .add();
         }
     }
     for t in 11..=15u32 {
-        let gw = spans.add(t, None, "gateway", "GET /", SERVER, 0.0, 50.0, vec![]);
+        let gw = spans.server(t, "gateway", "GET /").at(0.0, 50.0).add();
         for (n, code) in [("1", 503), ("2", 200)] {
             let at = if n == "1" { 1.0 } else { 20.0 };
             let attrs = vec![
@@ -476,16 +478,12 @@ fn uninstrumented_callers_retries_seen_on_the_callee() {
                 http_status(code),
                 fixtures::route("/stock"),
             ];
-            spans.add(
-                t,
-                Some(gw),
-                "inv",
-                "GET /stock",
-                SERVER,
-                at,
-                at + 5.0,
-                attrs,
-            );
+            spans
+                .server(t, "inv", "GET /stock")
+                .under(gw)
+                .at(at, at + 5.0)
+                .with(attrs)
+                .add();
         }
     }
     let report = offline_and_live("uninstrumented", &spans);
@@ -512,22 +510,18 @@ fn uninstrumented_callers_retries_seen_on_the_callee() {
 /// of their call: a second trace's two-attempt call stays one call.
 #[test]
 fn stacked_retry_layers_and_unreadable_attempts() {
-    use fixtures::{CLIENT, INTERNAL, SERVER, http_status, retry};
-    use stormglass_model::testing::{kv, kv_int};
+    use fixtures::{http_status, retry};
+    use stormglass_testkit::otlp::{kv, kv_int};
     let mut spans = Spans::default();
-    let root = spans.add(1, None, "api", "POST /ask", SERVER, 0.0, 1000.0, vec![]);
+    let root = spans.server(1, "api", "POST /ask").at(0.0, 1000.0).add();
     for loop_try in 0..4i64 {
         let at = loop_try as f64 * 200.0;
-        let attempt = spans.add(
-            1,
-            Some(root),
-            "api",
-            "ask llm",
-            INTERNAL,
-            at,
-            at + 190.0,
-            vec![retry(loop_try)],
-        );
+        let attempt = spans
+            .internal(1, "api", "ask llm")
+            .under(root)
+            .at(at, at + 190.0)
+            .with(vec![retry(loop_try)])
+            .add();
         for resend in 0..3i64 {
             let t0 = at + resend as f64 * 60.0;
             let code = if loop_try == 3 && resend == 2 {
@@ -540,49 +534,41 @@ fn stacked_retry_layers_and_unreadable_attempts() {
                 http_status(code),
                 fixtures::peer("llm"),
             ];
-            spans.add(
-                1,
-                Some(attempt),
-                "api",
-                "POST",
-                CLIENT,
-                t0,
-                t0 + 50.0,
-                attrs,
-            );
+            spans
+                .client(1, "api", "POST")
+                .under(attempt)
+                .at(t0, t0 + 50.0)
+                .with(attrs)
+                .add();
         }
     }
-    let web = spans.add(2, None, "web", "GET /", SERVER, 0.0, 100.0, vec![]);
-    spans.add(
-        2,
-        Some(web),
-        "web",
-        "GET",
-        CLIENT,
-        1.0,
-        10.0,
-        vec![retry(0), http_status(503), fixtures::peer("inv")],
-    );
-    spans.add(
-        2,
-        Some(web),
-        "web",
-        "GET",
-        CLIENT,
-        20.0,
-        30.0,
-        vec![kv_int("retry", -1), http_status(200), fixtures::peer("inv")],
-    );
-    spans.add(
-        2,
-        Some(web),
-        "web",
-        "GET",
-        CLIENT,
-        40.0,
-        50.0,
-        vec![kv("retry", "3.5"), http_status(200), fixtures::peer("inv")],
-    );
+    let web = spans.server(2, "web", "GET /").at(0.0, 100.0).add();
+    spans
+        .client(2, "web", "GET")
+        .under(web)
+        .at(1.0, 10.0)
+        .with(vec![retry(0), http_status(503), fixtures::peer("inv")])
+        .add();
+    spans
+        .client(2, "web", "GET")
+        .under(web)
+        .at(20.0, 30.0)
+        .with(vec![
+            kv_int("retry", -1),
+            http_status(200),
+            fixtures::peer("inv"),
+        ])
+        .add();
+    spans
+        .client(2, "web", "GET")
+        .under(web)
+        .at(40.0, 50.0)
+        .with(vec![
+            kv("retry", "3.5"),
+            http_status(200),
+            fixtures::peer("inv"),
+        ])
+        .add();
     let report = offline_and_live("stacked", &spans);
     let entry = report["entries"]
         .as_array()

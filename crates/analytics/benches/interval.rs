@@ -17,8 +17,8 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use stormglass_analytics::alerts::AlertThresholds;
 use stormglass_analytics::report::{Report, WindowBounds};
 use stormglass_analytics::{Engine, Partials};
-use stormglass_model::testing::{kv, kv_int, request};
 use stormglass_model::{Conventions, SpanBatchBuilder};
+use stormglass_testkit::otlp::{kv, kv_int, request};
 
 const INTERVAL: Duration = Duration::from_secs(10);
 

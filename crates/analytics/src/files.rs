@@ -376,7 +376,8 @@ mod tests {
     use super::*;
     use arrow::array::{Array, AsArray};
     use arrow::compute::concat_batches;
-    use stormglass_model::{encode_request, testing};
+    use stormglass_model::encode_request;
+    use stormglass_testkit::otlp as testing;
 
     /// An archive file written before a column was appended (here: before `weight`) still
     /// loads, the missing column filled with its meaning for old spans; a directory reads

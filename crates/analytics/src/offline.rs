@@ -296,8 +296,8 @@ fn servers(batches: &[RecordBatch]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use arrow::array::AsArray;
-    use stormglass_model::testing::{request, span};
     use stormglass_model::{Conventions, encode_request};
+    use stormglass_testkit::otlp::{request, span};
 
     use super::*;
 

@@ -1,9 +1,9 @@
-//! The analysis on hand-built fixtures (tests/fixtures): each failure mode of the README
-//! produces the figures computed by hand in its fixture's comment.
+//! The analysis on hand-built fixtures (stormglass_testkit::fixtures): each failure mode of
+//! the README produces the figures computed by hand in its fixture's comment. Long because it
+//! is one short test per fixture and figure; each stands alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../tests/fixtures.rs"]
-mod fixtures;
+use stormglass_testkit::fixtures;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -156,7 +156,10 @@ async fn broken_trace_counts_once_as_multi_layer() {
         trace: 1,
         span: 9999,
     };
-    s.add(1, Some(lost), "audit", "Record", 2, 5.0, 6.0, vec![]);
+    s.span(2, 1, "audit", "Record")
+        .under(lost)
+        .at(5.0, 6.0)
+        .add();
     let r = report(&s).await;
     assert_eq!(r.traces.entry_requests, 2, "two entry rows");
     assert_eq!(r.traces.multi_layer_retry_traces, 1);
@@ -168,46 +171,34 @@ async fn broken_trace_counts_once_as_multi_layer() {
 /// with a 0.5 ms budget each (1,000 ms in all, under an 800 ms parent) are one.
 #[tokio::test]
 async fn overcommit_counts_sequential_calls_only() {
-    use fixtures::{CLIENT, SERVER};
     let mut s = Spans::default();
-    let p = s.add(
-        1,
-        None,
-        "web",
-        "GET /",
-        SERVER,
-        0.0,
-        800.0,
-        vec![fixtures::deadline(800)],
-    );
+    let p = s
+        .server(1, "web", "GET /")
+        .at(0.0, 800.0)
+        .with(vec![fixtures::deadline(800)])
+        .add();
     for (callee, budget) in [("a", 500), ("b", 400)] {
         let attrs = vec![fixtures::peer(callee), fixtures::deadline(budget)];
-        s.add(1, Some(p), "web", "GET", CLIENT, 10.0, 300.0, attrs);
+        s.client(1, "web", "GET")
+            .under(p)
+            .at(10.0, 300.0)
+            .with(attrs)
+            .add();
     }
-    let p = s.add(
-        2,
-        None,
-        "batch",
-        "RUN",
-        SERVER,
-        0.0,
-        3000.0,
-        vec![fixtures::deadline(800)],
-    );
+    let p = s
+        .server(2, "batch", "RUN")
+        .at(0.0, 3000.0)
+        .with(vec![fixtures::deadline(800)])
+        .add();
     for i in 0..2000 {
         // 0.35 ms apart, all within the parent's 800 ms: none is inverted.
         let start = 1.0 + 0.35 * f64::from(i);
         let attrs = vec![fixtures::peer("db"), deadline_f(0.5)];
-        s.add(
-            2,
-            Some(p),
-            "batch",
-            "INSERT",
-            CLIENT,
-            start,
-            start + 0.3,
-            attrs,
-        );
+        s.client(2, "batch", "INSERT")
+            .under(p)
+            .at(start, start + 0.3)
+            .with(attrs)
+            .add();
     }
     let r = report(&s).await;
     let over: Vec<_> = r
@@ -239,21 +230,19 @@ fn deadline_f(ms: f64) -> opentelemetry_proto::tonic::common::v1::KeyValue {
 /// first trace with its own 900 ms.
 #[tokio::test]
 async fn finding_detail_comes_from_its_example_trace() {
-    use fixtures::{CLIENT, SERVER};
     let mut s = Spans::default();
     for (trace, budget) in [(1, 900), (2, 1000)] {
-        let p = s.add(
-            trace,
-            None,
-            "web",
-            "GET /",
-            SERVER,
-            0.0,
-            800.0,
-            vec![fixtures::deadline(800)],
-        );
+        let p = s
+            .server(trace, "web", "GET /")
+            .at(0.0, 800.0)
+            .with(vec![fixtures::deadline(800)])
+            .add();
         let attrs = vec![fixtures::peer("fraud"), fixtures::deadline(budget)];
-        s.add(trace, Some(p), "web", "POST", CLIENT, 700.0, 750.0, attrs);
+        s.client(trace, "web", "POST")
+            .under(p)
+            .at(700.0, 750.0)
+            .with(attrs)
+            .add();
     }
     let r = report(&s).await;
     let f = r
@@ -277,7 +266,6 @@ async fn finding_detail_comes_from_its_example_trace() {
 /// as the layer's P99.9 instead of vanishing.
 #[tokio::test]
 async fn late_server_spans_feed_latency() {
-    use fixtures::{CLIENT, SERVER};
     let live = LiveAnalysis::new(
         Engine::default(),
         AlertThresholds::default(),
@@ -288,28 +276,18 @@ async fn late_server_spans_feed_latency() {
     let mut on_time = Spans::default();
     let mut late = Spans::default();
     for trace in 1..=20 {
-        let p = on_time.add(trace, None, "web", "GET /", SERVER, 0.0, 300.0, vec![]);
-        let c = on_time.add(
-            trace,
-            Some(p),
-            "web",
-            "GET",
-            CLIENT,
-            1.0,
-            201.0,
-            vec![fixtures::peer("inv")],
-        );
+        let p = on_time.server(trace, "web", "GET /").at(0.0, 300.0).add();
+        let c = on_time
+            .client(trace, "web", "GET")
+            .under(p)
+            .at(1.0, 201.0)
+            .with(vec![fixtures::peer("inv")])
+            .add();
         let ms = if trace == 20 { 5000.0 } else { 10.0 };
-        late.add(
-            trace,
-            Some(c),
-            "inv",
-            "GET /stock",
-            SERVER,
-            2.0,
-            2.0 + ms,
-            vec![],
-        );
+        late.server(trace, "inv", "GET /stock")
+            .under(c)
+            .at(2.0, 2.0 + ms)
+            .add();
     }
     let (batch, _) = encode_request(&Conventions::default(), &on_time.request());
     live.release(ReleasedTraces::reserved(batch, 20, &budget));
@@ -809,13 +787,20 @@ async fn timeout_compared_with_exact_p999() {
 /// is at or below it, a count of zero rather than none, so the timeout is below the tail.
 #[tokio::test]
 async fn timeout_below_every_callee_duration() {
-    use fixtures::{CLIENT, SERVER};
     let mut s = Spans::default();
     for t in 1..1001 {
-        let p = s.add(t, None, "web", "GET /", SERVER, 0.0, 400.0, vec![]);
+        let p = s.server(t, "web", "GET /").at(0.0, 400.0).add();
         let attrs = vec![fixtures::peer("inv"), fixtures::deadline(50)];
-        let c = s.add(t, Some(p), "web", "GET", CLIENT, 1.0, 102.0, attrs);
-        s.add(t, Some(c), "inv", "GET /stock", SERVER, 1.5, 101.5, vec![]);
+        let c = s
+            .client(t, "web", "GET")
+            .under(p)
+            .at(1.0, 102.0)
+            .with(attrs)
+            .add();
+        s.server(t, "inv", "GET /stock")
+            .under(c)
+            .at(1.5, 101.5)
+            .add();
     }
     let r = report(&s).await;
     let e = edge(&r, "web", "inv");
@@ -846,32 +831,21 @@ async fn offline_chunks_equal_one_batch() {
     // Timed-out calls whose inv SERVER span never arrived: orphans, since inv sends SERVER
     // spans in other traces (other chunks).
     for t in 5101..=5104 {
-        let root = s.add(
-            t,
-            None,
-            "web",
-            "GET /",
-            fixtures::SERVER,
-            100.0,
-            500.0,
-            vec![],
-        );
+        let root = s
+            .span(fixtures::SERVER, t, "web", "GET /")
+            .at(100.0, 500.0)
+            .add();
         let rpc = vec![
-            stormglass_model::testing::kv("rpc.service", "inv"),
-            stormglass_model::testing::kv("rpc.method", "Get"),
+            stormglass_testkit::otlp::kv("rpc.service", "inv"),
+            stormglass_testkit::otlp::kv("rpc.method", "Get"),
             fixtures::peer("inv"),
             fixtures::grpc_status(4),
         ];
-        s.add(
-            t,
-            Some(root),
-            "web",
-            "Get",
-            fixtures::CLIENT,
-            101.0,
-            301.0,
-            rpc,
-        );
+        s.span(fixtures::CLIENT, t, "web", "Get")
+            .under(root)
+            .at(101.0, 301.0)
+            .with(rpc)
+            .add();
     }
     let spans = batch(&s);
     // The first traces' spans read again, as a file holding them twice.

@@ -9,8 +9,7 @@
 //! and review the diff like code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../tests/fixtures.rs"]
-mod fixtures;
+use stormglass_testkit::fixtures;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow::array::{Array, AsArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use stormglass_model::{Conventions, encode_request, schema, testing};
+use stormglass_model::{Conventions, encode_request, schema};
+use stormglass_testkit::otlp as testing;
 
 use super::*;
 

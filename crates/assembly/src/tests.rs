@@ -1,8 +1,8 @@
 use std::time::{Duration, Instant};
 
 use arrow::array::AsArray;
-use stormglass_model::testing::{request, span};
 use stormglass_model::{Conventions, encode_request};
+use stormglass_testkit::otlp::{request, span};
 
 use super::*;
 use crate::sink::MemorySink;

@@ -3,8 +3,7 @@
 //! bound folds new series into `__overflow__`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../tests/fixtures.rs"]
-mod fixtures;
+use stormglass_testkit::fixtures;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -355,32 +354,21 @@ async fn hostile_causes_are_bounded_and_escaped() {
         long.as_str(),
     ];
     for trace in 0..60u32 {
-        let root = s.add(
-            trace + 1,
-            None,
-            "gateway",
-            "GET /",
-            fixtures::SERVER,
-            0.0,
-            100.0,
-            vec![],
-        );
+        let root = s
+            .span(fixtures::SERVER, trace + 1, "gateway", "GET /")
+            .at(0.0, 100.0)
+            .add();
         for attempt in 0..2 {
             let cause = format!("{} #{trace}", hostile[trace as usize % hostile.len()]);
             let mut attributes = vec![fixtures::peer("api"), fixtures::retry(attempt)];
             if attempt > 0 {
                 attributes.push(fixtures::cause(&cause));
             }
-            s.add(
-                trace + 1,
-                Some(root),
-                "gateway",
-                "GET",
-                fixtures::CLIENT,
-                1.0,
-                40.0,
-                attributes,
-            );
+            s.span(fixtures::CLIENT, trace + 1, "gateway", "GET")
+                .under(root)
+                .at(1.0, 40.0)
+                .with(attributes)
+                .add();
         }
     }
     let mut bounded = Live::new(LIMIT);

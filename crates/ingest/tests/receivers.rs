@@ -1,5 +1,6 @@
 //! Receivers on real loopback sockets: every transport yields the same Arrow rows, and every
-//! kind of bad input gets OTLP's answer while the server keeps serving.
+//! kind of bad input gets OTLP's answer while the server keeps serving. Long because it is
+//! one short test per transport and kind of bad input; each stands alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -15,8 +16,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use stormglass_ingest::{IngestMetrics, Pipeline, ReceiverConfig, Receivers};
 use stormglass_model::Conventions;
-use stormglass_model::testing::{request, retry_fixture, span};
 use stormglass_runtime::{MemoryBudget, Overload, SinkFull, SpanSink};
+use stormglass_testkit::otlp::{request, retry_fixture, span};
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding;
 
@@ -374,7 +375,7 @@ async fn oversized_and_bomb_bodies_are_refused() {
         2,
         0,
         1,
-        vec![stormglass_model::testing::kv(
+        vec![stormglass_testkit::otlp::kv(
             "blob",
             &"x".repeat(300 * 1024),
         )],

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::schema as col;
-use crate::testing::*;
+use stormglass_testkit::otlp::*;
 
 fn encode(request: &ExportTraceServiceRequest) -> (RecordBatch, EncodeReport) {
     encode_request(&Conventions::default(), request)

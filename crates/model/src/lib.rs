@@ -3,6 +3,7 @@
 //! docs/instrumenting.md ([`outcome`]), the OTLP request as received ([`wire`]) and the OTLP -> Arrow
 //! encoder ([`mod@encode`]). No I/O lives here.
 
+pub mod attribute;
 pub mod conventions;
 pub mod encode;
 pub mod hash;
@@ -10,7 +11,6 @@ pub mod outcome;
 pub mod sampling;
 pub mod schema;
 pub mod synth;
-pub mod testing;
 pub mod wire;
 
 pub use conventions::{Concept, Conventions};

@@ -402,7 +402,7 @@ mod tests {
     /// much less memory.
     #[test]
     fn lean_keeps_what_the_analysis_reads() {
-        use crate::testing::retry_fixture;
+        use stormglass_testkit::otlp::retry_fixture;
         let (batch, _) = crate::encode_request(&crate::Conventions::default(), &retry_fixture());
         let thin = lean(&batch);
         assert_eq!(thin.schema(), *SPANS_SCHEMA);
@@ -437,7 +437,7 @@ mod tests {
     /// in well under lean()'s memory.
     #[test]
     fn held_spans_widen_to_the_lean_form() {
-        use crate::testing::retry_fixture;
+        use stormglass_testkit::otlp::retry_fixture;
         let conventions = crate::Conventions::default();
         let (full, _) = crate::encode_request(&conventions, &retry_fixture());
         let (direct, _) = crate::encode_request_lean(&conventions, &retry_fixture());

@@ -21,7 +21,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::testing::{kv, kv_int};
+use crate::attribute::{kv, kv_int};
 
 /// OTLP span kinds and status codes used here.
 const SERVER: i32 = 2;

@@ -218,7 +218,7 @@ fn check_value(value: &AnyValue) -> Result<(), DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kv, request, span};
+    use stormglass_testkit::otlp::{kv, request, span};
 
     /// A request decodes into these messages as into `opentelemetry_proto`'s, field by field
     /// for everything the encoder reads, and its strings borrow the request buffer.

@@ -670,8 +670,8 @@ fn register(
 
 #[cfg(test)]
 mod tests {
-    use stormglass_model::testing::retry_fixture;
     use stormglass_model::{Conventions, encode_request};
+    use stormglass_testkit::otlp::retry_fixture;
 
     use super::*;
 

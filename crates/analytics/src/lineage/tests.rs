@@ -2,8 +2,8 @@
 
 use arrow::array::{AsArray, BooleanArray};
 use arrow::datatypes::{Float64Type, Int32Type};
-use stormglass_model::testing::{child_of, kv_int, request, span, span_id};
 use stormglass_model::{Conventions, encode_request};
+use stormglass_testkit::otlp::{child_of, kv_int, request, span, span_id};
 
 use super::*;
 
@@ -84,7 +84,7 @@ fn parents_are_found_within_their_trace_across_interleaved_rows() {
 #[test]
 fn hints_resolve_to_their_most_frequent_server_service() {
     let client = |id, start: u64, hint: &str| {
-        let attributes = vec![stormglass_model::testing::kv("peer.service", hint)];
+        let attributes = vec![stormglass_testkit::otlp::kv("peer.service", hint)];
         child_of(span(1, id, "call", 3, start, start + 5, attributes), 1)
     };
     let server = |id, parent, start: u64| {

@@ -1,43 +1,12 @@
-//! Builders for OTLP requests, shared by the tests of every crate and the fixtures in
-//! `tests/`. Small on purpose: a fixture reads as the spans it contains.
+//! Builders for OTLP requests by hand: spans with small numeric ids, a request per
+//! service, and one complete retry fixture. Small on purpose: a test reads as the spans it
+//! contains.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-
-/// A string attribute.
-pub fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(Value::StringValue(value.into())),
-        }),
-        ..Default::default()
-    }
-}
-
-/// An integer attribute.
-pub fn kv_int(key: &str, value: i64) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(Value::IntValue(value)),
-        }),
-        ..Default::default()
-    }
-}
-
-/// A boolean attribute.
-pub fn kv_bool(key: &str, value: bool) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(Value::BoolValue(value)),
-        }),
-        ..Default::default()
-    }
-}
+pub use stormglass_model::attribute::{kv, kv_bool, kv_int};
 
 /// A 16-byte trace id whose last byte is `n` (never all zeroes for n > 0).
 pub fn trace_id(n: u8) -> Vec<u8> {
