@@ -6,6 +6,7 @@
 --   retry_success_rate      ok retry attempts / retry attempts
 --   retry_ratio             retry attempts / first attempts
 --   edge_amplification      attempts / logical calls
+--   timeout_rate            attempts ending in `deadline` / attempts
 --   timeout_ms              the configured timeout: the most common exact attempt budget when
 --                           it covers at least half of the budgeted attempts; otherwise
 --                           (budgets that shrink hop by hop) their median, log-bucketed (<= 2%)
@@ -28,7 +29,7 @@
 --   params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
---   retry_success_rate, retry_ratio, edge_amplification, max_attempt, max_outer_attempt,
+--   retry_success_rate, retry_ratio, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
@@ -38,7 +39,8 @@ WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
     SUM(final_ok_retried) AS final_ok_retried, SUM(attempts) AS attempts,
-    SUM(ok_attempts) AS ok_attempts, SUM(first_attempts) AS first_attempts,
+    SUM(ok_attempts) AS ok_attempts, SUM(timeout_attempts) AS timeout_attempts,
+    SUM(first_attempts) AS first_attempts,
     SUM(retry_attempts) AS retry_attempts, SUM(ok_retry_attempts) AS ok_retry_attempts,
     MAX(max_attempt) AS max_attempt, MAX(max_outer_attempt) AS max_outer_attempt,
     SUM(unsafe_retries) AS unsafe_retries,
@@ -92,6 +94,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(e.ok_retry_attempts AS DOUBLE) / NULLIF(e.retry_attempts, 0) AS retry_success_rate,
   CAST(e.retry_attempts AS DOUBLE) / NULLIF(e.first_attempts, 0) AS retry_ratio,
   CAST(e.attempts AS DOUBLE) / NULLIF(e.logical_calls, 0) AS edge_amplification,
+  CAST(e.timeout_attempts AS DOUBLE) / NULLIF(e.attempts, 0) AS timeout_rate,
   e.max_attempt, e.max_outer_attempt,
   t.timeout_ms,
   l.p999_ms AS callee_p999_ms,

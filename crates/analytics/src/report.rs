@@ -53,6 +53,9 @@ pub struct EdgeFigures {
     #[serde(default)]
     pub retries_by_cause: BTreeMap<String, u64>,
     pub edge_amplification: Option<f64>,
+    /// Attempts ending in `deadline` / attempts.
+    #[serde(default)]
+    pub timeout_rate: Option<f64>,
     pub max_attempt: Option<i64>,
     /// The highest attempt number of an in-process retry loop around this edge's calls
     /// (an INTERNAL span carrying `retry` over CLIENT attempts); null when there is none.
@@ -103,6 +106,10 @@ pub struct LayerFigures {
     pub p99_ms: Option<f64>,
     pub p999_ms: Option<f64>,
     pub tail_ratio: Option<f64>,
+    /// Of the attempts this layer received (entry requests aside), those ending in
+    /// `deadline`; null when it received none.
+    #[serde(default)]
+    pub timeout_rate: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -390,7 +390,8 @@ async fn deadline_budgets() {
 }
 
 /// A POST retried without a key is unsafe; timed-out writes retried are counted with or
-/// without key; a 2 ms backoff is immediate; the committed orphan is found.
+/// without key; a 2 ms backoff is immediate; the committed orphan is found; half the
+/// attempts timed out.
 #[tokio::test]
 async fn unsafe_write_retries() {
     let mut s = Spans::default();
@@ -410,6 +411,13 @@ async fn unsafe_write_retries() {
     assert!((e.orphan_work_seconds - 0.3).abs() < 1e-9);
     assert_eq!(r.orphans[0].server_outcome, "ok");
     assert_eq!(layer(&r, "orders").amplification, Some(2.0));
+    assert_eq!(e.timeout_rate, Some(0.5));
+    assert_eq!(layer(&r, "orders").timeout_rate, Some(0.5));
+    assert_eq!(
+        layer(&r, "cart").timeout_rate,
+        None,
+        "an entry receives no attempts"
+    );
     assert_eq!(alerts(&r, "StormglassUnsafeRetries"), 1);
     assert_eq!(
         alerts(&r, "StormglassRetryAmplificationHigh"),

@@ -70,6 +70,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                 percent(e.retry_success_rate),
                 number(e.edge_amplification, 2),
                 number(e.timeout_ms, 0),
+                percent(e.timeout_rate),
                 number(e.callee_p999_ms, 0),
                 number(e.recommended_timeout_ms, 0),
                 e.unsafe_retries.to_string(),
@@ -93,6 +94,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "retry ok",
             "amp",
             "timeout ms",
+            "timed out",
             "callee p99.9",
             "recommended",
             "unsafe",
@@ -114,6 +116,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                 number(l.p99_ms, 1),
                 number(l.p999_ms, 1),
                 number(l.tail_ratio, 2),
+                percent(l.timeout_rate),
             ]
         })
         .collect();
@@ -125,6 +128,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "p99 ms",
             "p99.9 ms",
             "tail ratio",
+            "timed out",
         ],
         &rows,
     );

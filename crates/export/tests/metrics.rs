@@ -147,6 +147,17 @@ async fn exposition_matches_the_report() {
             "{what}"
         );
         labels.pop();
+        let timed_out = {
+            let mut l = labels.clone();
+            l.push("outcome=\"deadline\"");
+            sum(&s, "stormglass_attempts_total", &l)
+        };
+        let timeout_rate = timed_out / sum(&s, "stormglass_attempts_total", &labels);
+        assert_eq!(
+            Some(timeout_rate).filter(|r| r.is_finite()),
+            e.timeout_rate,
+            "timeout_rate {what}"
+        );
         let first_ok = {
             let mut l = labels.clone();
             l.push("first_outcome=\"ok\"");

@@ -346,6 +346,21 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
                 .to_owned(),
         ),
         (
+            "stormglass:edge_timeout_rate:ratio_rate5m",
+            format!(
+                "sum by ({EDGE}) (rate(stormglass_attempts_total{{outcome=\"deadline\"}}[5m])) / \
+                 (sum by ({EDGE}) (rate(stormglass_attempts_total[5m])) > 0)"
+            ),
+        ),
+        (
+            "stormglass:layer_timeout_rate:ratio_rate5m",
+            "sum by (service) (label_replace(rate(stormglass_attempts_total{outcome=\"deadline\"}[5m]), \
+             \"service\", \"$1\", \"callee\", \"(.*)\")) / \
+             (sum by (service) (label_replace(rate(stormglass_attempts_total[5m]), \
+             \"service\", \"$1\", \"callee\", \"(.*)\")) > 0)"
+                .to_owned(),
+        ),
+        (
             "stormglass:edge_retries_to_other_instance:ratio_rate5m",
             format!(
                 "sum by ({EDGE}) (rate(stormglass_other_instance_retries_total[5m])) / \
