@@ -40,6 +40,17 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// the environment overrides it, as for any mimalloc option.
 const PURGE_DELAY_MS: i32 = 10_000;
 
+/// Hand the allocator's free memory back to the kernel now, whatever the purge delay: the
+/// memory budget calls it when the resident size crowds out the data after a burst.
+pub(crate) fn release_free_memory() {
+    // SAFETY: `mi_collect` is mimalloc's public, thread-safe call to purge free memory; it
+    // touches only the allocator's own structures.
+    #[allow(unsafe_code)]
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
+    }
+}
+
 /// Set the allocator's purge delay ([`PURGE_DELAY_MS`]) unless the environment chose one.
 fn keep_freed_memory_longer() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {

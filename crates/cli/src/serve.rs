@@ -72,7 +72,7 @@ impl Collector {
             .resolve(stormglass_runtime::memory::cgroup_limit());
         tracing::info!(limit_bytes = limit, "memory bound: {how}");
         let budget = MemoryBudget::register(limit, &registry)?;
-        budget.follow_footprint(FOOTPRINT_EVERY)?;
+        budget.follow_footprint(FOOTPRINT_EVERY, crate::release_free_memory)?;
         let health = Health::register(&registry)?;
         let tls = Tls::from_config(&config.tls, &registry)?;
         let ingest_metrics = IngestMetrics::register(&registry)?;

@@ -33,6 +33,9 @@ use prometheus::{IntGauge, Registry};
 /// How long after a refusal `/readyz` keeps saying "not ready".
 const REFUSING_FOR: Duration = Duration::from_secs(1);
 
+/// The least time between two calls of [`MemoryBudget::follow_footprint`]'s `release`.
+const RELEASE_EVERY: Duration = Duration::from_secs(1);
+
 /// The memory budget shared by every stage. Cheap to clone.
 #[derive(Clone)]
 pub struct MemoryBudget {
@@ -156,7 +159,12 @@ impl MemoryBudget {
     /// Read the process's resident size ([`crate::memory::resident_bytes`]) every `every`
     /// on a thread of its own, and [`MemoryBudget::observe`] it, for as long as the budget
     /// lives. Does nothing where the resident size cannot be read.
-    pub fn follow_footprint(&self, every: Duration) -> std::io::Result<()> {
+    ///
+    /// When the footprint takes more than half the limit, `release` is called (at most once
+    /// a second) to hand the allocator's free memory back to the kernel: what it keeps after
+    /// a burst counts as resident until it does, and would keep the receivers refusing for
+    /// the allocator's own purge delay although nothing holds it.
+    pub fn follow_footprint(&self, every: Duration, release: fn()) -> std::io::Result<()> {
         let Some(resident) = crate::memory::resident_bytes() else {
             tracing::info!(
                 "the resident size cannot be read here: limits.memory bounds the data only"
@@ -176,13 +184,23 @@ impl MemoryBudget {
         std::thread::Builder::new()
             .name("stormglass-footprint".into())
             .spawn(move || {
+                let mut released = Instant::now();
                 loop {
                     std::thread::sleep(every);
                     let Some(inner) = weak.upgrade() else { return };
-                    if let Some(resident) = crate::memory::resident_bytes() {
-                        MemoryBudget { inner }
-                            .observe(usize::try_from(resident).unwrap_or(usize::MAX));
+                    let budget = MemoryBudget { inner };
+                    let read = || {
+                        crate::memory::resident_bytes()
+                            .map(|r| usize::try_from(r).unwrap_or(usize::MAX))
+                    };
+                    let Some(mut resident) = read() else { continue };
+                    let footprint = resident.saturating_sub(budget.used());
+                    if footprint > budget.limit() / 2 && released.elapsed() >= RELEASE_EVERY {
+                        release();
+                        released = Instant::now();
+                        resident = read().unwrap_or(resident);
                     }
+                    budget.observe(resident);
                 }
             })?;
         Ok(())
