@@ -16,6 +16,11 @@
 --                           values counted over every duration of the window; otherwise
 --                           (a median timeout, late durations) against the 2% P99.9
 --   recommended_timeout_ms  callee p999 x advice.timeout_factor
+--   timeout_kill_share      of the attempts with a budget whose callee sent a SERVER span, the
+--                           share whose SERVER span ran longer than the budget: the calls,
+--                           slow but answered, that the timeout cuts off
+--   timeout_without_margin  the timeout is not below the tail but below
+--                           recommended_timeout_ms: a slightly slower day starts cutting calls
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
 --   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
@@ -31,7 +36,8 @@
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
 --   retry_success_rate, retry_ratio, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
---   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, orphan_pairs,
+--   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
+--   timeout_without_margin, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   retries_to_other_instance
@@ -40,6 +46,8 @@ WITH e AS (
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
     SUM(final_ok_retried) AS final_ok_retried, SUM(attempts) AS attempts,
     SUM(ok_attempts) AS ok_attempts, SUM(timeout_attempts) AS timeout_attempts,
+    SUM(served_budgeted_attempts) AS served_budgeted_attempts,
+    SUM(timeout_killed_attempts) AS timeout_killed_attempts,
     SUM(first_attempts) AS first_attempts,
     SUM(retry_attempts) AS retry_attempts, SUM(ok_retry_attempts) AS ok_retry_attempts,
     MAX(max_attempt) AS max_attempt, MAX(max_outer_attempt) AS max_outer_attempt,
@@ -77,13 +85,15 @@ tail AS (
 latency_totals AS (
   SELECT service, SUM(n) AS total FROM p_latency GROUP BY service
 ),
+
 timeouts AS (
   SELECT md.caller, md.callee, md.operation,
     CASE WHEN mo.mode_n * 2 >= md.total THEN mo.mode_ms ELSE md.median_ms END AS timeout_ms
   FROM medians md
   LEFT JOIN modes mo ON mo.caller = md.caller AND mo.callee = md.callee
     AND mo.operation = md.operation
-)
+),
+figures AS (
 SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) AS logical_calls,
   CAST(ROUND(e.attempts) AS BIGINT) AS attempts,
   CAST(ROUND(e.retry_attempts) AS BIGINT) AS retry_attempts,
@@ -102,6 +112,8 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
        WHEN ABS(tl.n - lt.total) <= 1e-9 * lt.total THEN tl.at_or_below < CEIL(0.999 * lt.total)
        ELSE t.timeout_ms < l.p999_ms END AS timeout_below_tail,
   l.p999_ms * p.timeout_factor AS recommended_timeout_ms,
+  CAST(e.timeout_killed_attempts AS DOUBLE) / NULLIF(e.served_budgeted_attempts, 0)
+    AS timeout_kill_share,
   CAST(ROUND(e.orphan_pairs) AS BIGINT) AS orphan_pairs, e.orphan_work_ms / 1e3 AS orphan_work_seconds,
   CAST(ROUND(e.unsafe_retries) AS BIGINT) AS unsafe_retries,
   CAST(ROUND(e.timeout_retries_on_writes) AS BIGINT) AS timeout_retries_on_writes,
@@ -120,4 +132,8 @@ LEFT JOIN layers l ON l.service = e.callee
 LEFT JOIN tail tl ON tl.service = e.callee AND tl.deadline_ms = t.timeout_ms
 LEFT JOIN latency_totals lt ON lt.service = e.callee
 LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
-ORDER BY e.caller, e.callee, e.operation
+)
+SELECT figures.*,
+  NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin
+FROM figures
+ORDER BY caller, callee, operation

@@ -1,6 +1,6 @@
 -- finding_counts: one row per (kind, caller, callee, operation) over a window, with the
--- severity of its kind, the count, an example trace and its detail; timeout_below_tail
--- findings come from the edges' merged figures, clock_skew ones (operation '*', counting
+-- severity of its kind, the count, an example trace and its detail; timeout_below_tail and
+-- timeout_without_margin findings come from the edges' merged figures, clock_skew ones (operation '*', counting
 -- the calls the estimate rests on) from clock_skew.
 --
 -- Inputs: p_findings, edges, clock_skew.
@@ -15,10 +15,19 @@ WITH found AS (
   UNION ALL
   SELECT 'timeout_below_tail', caller, callee, operation, attempts,
     concat('timeout ', CAST(ROUND(timeout_ms) AS BIGINT), ' ms is below the callee P99.9 of ',
-      CAST(ROUND(callee_p999_ms) AS BIGINT), ' ms; recommended ',
+      CAST(ROUND(callee_p999_ms) AS BIGINT), ' ms and cuts off ',
+      CAST(ROUND(timeout_kill_share * 100, 2) AS VARCHAR), '% of its calls; recommended ',
       CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
     CAST(NULL AS VARCHAR)
   FROM edges WHERE timeout_below_tail
+  UNION ALL
+  SELECT 'timeout_without_margin', caller, callee, operation, attempts,
+    concat('timeout ', CAST(ROUND(timeout_ms) AS BIGINT), ' ms is only ',
+      CAST(ROUND(timeout_ms / callee_p999_ms, 2) AS VARCHAR), ' x the callee P99.9 of ',
+      CAST(ROUND(callee_p999_ms) AS BIGINT), ' ms; recommended ',
+      CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
+    CAST(NULL AS VARCHAR)
+  FROM edges WHERE timeout_without_margin
   UNION ALL
   SELECT 'clock_skew', caller, callee, '*', pairs,
     concat('the clock of ', callee, ' reads ', CAST(ROUND(clock_skew_ms, 1) AS VARCHAR),

@@ -7,6 +7,9 @@
 -- and the sum of their budgets, so a Prometheus user gets the mean timeout of an edge from
 -- counters summed over instances (the configured timeout, exactly, when the edge has one).
 -- timeout_attempts: attempts ending in `deadline` (the timeout rate's numerator).
+-- served_budgeted_attempts: attempts with a budget whose callee sent a SERVER span;
+-- timeout_killed_attempts: those whose SERVER span ran longer than the attempt's budget
+-- (the call would have been answered, later than the timeout allowed).
 -- Instrumentation coverage (what the spans say themselves; see coverage): numbered_attempts
 -- (an attempt number of their own), caused_retries (retries with a cause attribute),
 -- write_attempts (writes, or attempts that say whether they are idempotent),
@@ -30,7 +33,8 @@
 --
 -- Inputs: attempts, logical_calls, orphans, findings, edge_names, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
---   attempts, ok_attempts, timeout_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
+--   attempts, ok_attempts, timeout_attempts, served_budgeted_attempts,
+--   timeout_killed_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, instance_retries, other_instance_retries,
@@ -52,6 +56,11 @@ at AS (
     SUM(a.weight) AS attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok'), 0.0) AS ok_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'deadline'), 0.0) AS timeout_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL
+      AND a.server_end_ns IS NOT NULL), 0.0) AS served_budgeted_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL
+      AND (a.server_end_ns - a.server_start_ns) / 1e6 > a.deadline_ms), 0.0)
+      AS timeout_killed_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt = 0), 0.0) AS first_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged), 0.0) AS retry_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok' AND a.attempt >= 1 AND NOT a.hedged), 0.0)
@@ -99,7 +108,8 @@ inv AS (
 )
 SELECT n.caller, n.callee, n.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
-  at.attempts, at.ok_attempts, at.timeout_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
+  at.attempts, at.ok_attempts, at.timeout_attempts, at.served_budgeted_attempts,
+  at.timeout_killed_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
   at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,

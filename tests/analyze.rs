@@ -248,6 +248,7 @@ fn live_report_matches_offline() {
     fixtures::unsafe_post(&mut spans, 2);
     fixtures::both_shapes(&mut spans, 3);
     fixtures::budgets(&mut spans, 5);
+    fixtures::timeouts(&mut spans, 100);
     let file = d.join("all.jsonl");
     write_jsonl(&file, &spans, None);
     let (offline, _) = analyze_json(&file);
@@ -262,6 +263,14 @@ fn live_report_matches_offline() {
             "{key} differs between live and offline"
         );
     }
+    // The timeout figures are among those compared, not nulls on both sides.
+    let pricing = live["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["callee"] == "pricing")
+        .unwrap();
+    assert_eq!(pricing["timeout_kill_share"], 0.25);
     assert_eq!(
         server.metric("stormglass_analysis_spans_total", &[]),
         spans.len() as f64

@@ -134,7 +134,8 @@ counts! {
     EdgeCount from "partial_edges" {
         labels: caller, callee, operation;
         counts: unsafe_retries, timeout_retries_on_writes, immediate_retries,
-            budgeted_attempts, deadline_ms_total, hidden_attempts, inferred_attempts,
+            budgeted_attempts, deadline_ms_total, served_budgeted_attempts,
+            timeout_killed_attempts, hidden_attempts, inferred_attempts,
             hedged_attempts, instance_retries, other_instance_retries
     }
     /// Orphan pairs (work after the caller gave up) by how the callee's SERVER span ended.

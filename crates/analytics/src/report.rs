@@ -65,6 +65,14 @@ pub struct EdgeFigures {
     pub callee_p999_ms: Option<f64>,
     pub timeout_below_tail: Option<bool>,
     pub recommended_timeout_ms: Option<f64>,
+    /// Of the attempts with a budget whose callee sent a SERVER span, the share whose SERVER
+    /// span ran longer than the budget: the calls, slow but answered, that the timeout cuts
+    /// off. Null without such attempts.
+    #[serde(default)]
+    pub timeout_kill_share: Option<f64>,
+    /// The timeout is not below the callee's P99.9 but below `recommended_timeout_ms`.
+    #[serde(default)]
+    pub timeout_without_margin: Option<bool>,
     pub orphan_pairs: u64,
     pub orphan_work_seconds: f64,
     pub unsafe_retries: u64,
@@ -516,3 +524,4 @@ fn chain_product(
     memo.insert(edge.clone(), value);
     value
 }
+

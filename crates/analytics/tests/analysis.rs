@@ -335,6 +335,60 @@ async fn timeout_below_callee_p999() {
     assert_eq!(findings(&r, "timeout_below_tail"), 1000);
     assert_eq!(alerts(&r, "StormglassTimeoutBelowTail"), 1);
     assert_eq!(alerts(&r, "StormglassTailRatioHigh"), 1);
+    // 3 of inventory's 1000 durations are longer than 200 ms, counted exactly.
+    assert_eq!(e.timeout_kill_share, Some(0.003));
+    assert_eq!(e.timeout_without_margin, Some(false));
+}
+
+/// A 100 ms timeout over a callee that answers 5 of 20 calls in 180 ms kills 0.25 of them;
+/// a 300 ms timeout over a 250 ms P99.9 kills none but has no margin (recommended 375 ms).
+#[tokio::test]
+async fn timeout_kill_share_and_margin() {
+    let mut s = Spans::default();
+    fixtures::timeouts(&mut s, 1);
+    let r = report(&s).await;
+
+    let pricing = edge(&r, "basket", "pricing");
+    assert_eq!(pricing.timeout_ms, Some(100.0));
+    assert_eq!(pricing.timeout_below_tail, Some(true));
+    assert_eq!(pricing.timeout_kill_share, Some(0.25));
+    assert_eq!(pricing.timeout_without_margin, Some(false));
+    assert_eq!(pricing.timeout_rate, Some(0.25));
+
+    let tax = edge(&r, "basket", "tax");
+    assert_eq!(tax.timeout_ms, Some(300.0));
+    assert_eq!(tax.timeout_below_tail, Some(false));
+    assert_eq!(tax.timeout_kill_share, Some(0.0));
+    assert_eq!(tax.timeout_without_margin, Some(true));
+    assert!(near(tax.recommended_timeout_ms, 375.0), "{tax:?}");
+
+    assert_eq!(findings(&r, "timeout_below_tail"), 20);
+    assert_eq!(findings(&r, "timeout_without_margin"), 20);
+    let margin = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "timeout_without_margin")
+        .unwrap();
+    assert_eq!(margin.severity, "info");
+    assert_eq!(margin.callee, "tax");
+    // The alert says how many healthy calls the timeout kills.
+    let alert = r
+        .alerts
+        .iter()
+        .find(|a| a.name == "StormglassTimeoutBelowTail")
+        .unwrap();
+    assert_eq!(alert.value, 0.25);
+    let d = stormglass_analytics::alerts::definition(&alert.name).unwrap();
+    let summary = d.render(
+        d.summary,
+        &alert.labels,
+        alert.value,
+        &AlertThresholds::default(),
+    );
+    assert_eq!(
+        summary,
+        "basket -> pricing /price: the timeout kills 25% of healthy calls"
+    );
 }
 
 /// 800 ms split 500 + 400 overcommits; 900 ms under 100 ms left inverts; a dropped

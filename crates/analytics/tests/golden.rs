@@ -177,3 +177,9 @@ async fn golden_healthy() {
 async fn golden_hidden() {
     check("hidden", fixtures::hidden).await;
 }
+
+/// Golden tables of a timeout that kills a quarter of its calls and one without margin.
+#[tokio::test]
+async fn golden_timeouts() {
+    check("timeouts", fixtures::timeouts).await;
+}

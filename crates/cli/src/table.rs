@@ -73,6 +73,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                 percent(e.timeout_rate),
                 number(e.callee_p999_ms, 0),
                 number(e.recommended_timeout_ms, 0),
+                percent(e.timeout_kill_share),
                 e.unsafe_retries.to_string(),
                 format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
                 format!(
@@ -97,6 +98,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "timed out",
             "callee p99.9",
             "recommended",
+            "cut off",
             "unsafe",
             "orphans / work",
             "hidden / inferred / hedged",

@@ -96,6 +96,7 @@ fn all_fixtures() -> Spans {
     fixtures::both_shapes(&mut s, 40);
     fixtures::healthy(&mut s, 50);
     fixtures::hidden(&mut s, 60);
+    fixtures::timeouts(&mut s, 100);
     s
 }
 
@@ -207,6 +208,13 @@ async fn exposition_matches_the_report() {
         assert_eq!(
             gauge("stormglass_timeout_seconds"),
             e.timeout_ms.map(|ms| ms / 1e3),
+            "{what}"
+        );
+        let killed = sum(&s, "stormglass_timeout_killed_attempts_total", &labels)
+            / sum(&s, "stormglass_served_budgeted_attempts_total", &labels);
+        assert_eq!(
+            Some(killed).filter(|k| k.is_finite()),
+            e.timeout_kill_share,
             "{what}"
         );
         // The mean budget from the counters: present exactly where the report has a

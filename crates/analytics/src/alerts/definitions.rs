@@ -244,25 +244,32 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         name: "StormglassTimeoutBelowTail",
         severity: "warning",
         hold: Duration::from_secs(15 * 60),
-        summary: "{caller} -> {callee} {operation}: timeout below the callee's P99.9",
-        description: "{caller} gives {callee} ({operation}) a timeout of {value} s, below \
-            {callee}'s P99.9 latency: slow but healthy requests are cut off and retried. Set it \
-            to P99.9 x 1.5 (stormglass_recommended_timeout_seconds).",
+        summary: "{caller} -> {callee} {operation}: the timeout kills {percent} of healthy calls",
+        description: "{caller} gives {callee} ({operation}) a timeout below {callee}'s P99.9 \
+            latency: it cuts off {percent} of {callee}'s calls, slow but healthy, which are then \
+            retried, adding load exactly when the callee is slow. Set it to P99.9 x 1.5 \
+            (stormglass_recommended_timeout_seconds).",
         threshold: |_| 0.0,
+        // The condition compares the summed budget and latency counters; the value is the
+        // share of answered calls the timeout kills, from counters too. Both need the
+        // callee's SERVER spans (as the evaluator's value does).
         expr: |t| {
-            guarded(
-                "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
-                 stormglass:callee_latency_p999:seconds_rate5m"
-                    .to_owned(),
-                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-                t,
+            format!(
+                "stormglass:edge_timeout_kill:ratio_rate5m and on ({EDGE}) ({})",
+                guarded(
+                    "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
+                     stormglass:callee_latency_p999:seconds_rate5m"
+                        .to_owned(),
+                    &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                    t,
+                )
             )
         },
         condition: |r, t| {
             r.edges
                 .iter()
                 .filter(|e| e.timeout_below_tail == Some(true) && busy(r, e.attempts as f64, t))
-                .map(|e| (edge_labels(e), e.timeout_ms.unwrap_or(0.0) / 1e3))
+                .filter_map(|e| Some((edge_labels(e), e.timeout_kill_share?)))
                 .collect()
         },
     },

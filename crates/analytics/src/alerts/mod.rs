@@ -8,8 +8,9 @@
 //! window); `for:` applies only to an evaluator that watches successive windows, so the
 //! offline report lists every condition that holds.
 //!
-//! Texts use `{label}` placeholders for the alert's labels, `{value}` for the value and
-//! `{threshold}` for the configured threshold; each engine fills them in its own way (Go
+//! Texts use `{label}` placeholders for the alert's labels, `{value}` for the value,
+//! `{percent}` for a share's value as a percentage and `{threshold}` for the configured
+//! threshold; each engine fills them in its own way (Go
 //! templates for Prometheus, [`AlertDefinition::render`] here).
 //!
 //! Where the engines read different data, by design:
@@ -26,7 +27,8 @@
 //!   and the median budget.
 //! * Storm potential reads the gauge with `max by`: a walk along call chains cannot be
 //!   summed, and each instance sees the same retry policies, so the largest is the figure.
-//! * Values are in base units, as in Prometheus: the timeout alert's value is seconds.
+//! * Values are in base units, as in Prometheus: the timeout alert's value is the share of
+//!   the edge's answered calls the timeout kills (`timeout_kill_share`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -201,6 +203,7 @@ impl AlertDefinition {
     ) -> String {
         let mut out = text
             .replace("{value}", &format_value(value))
+            .replace("{percent}", &format_percent(value))
             .replace("{threshold}", &format_value((self.threshold)(thresholds)));
         for (name, label) in labels {
             out = out.replace(&format!("{{{name}}}"), label);
@@ -212,6 +215,7 @@ impl AlertDefinition {
     pub fn template(&self, text: &str, thresholds: &AlertThresholds) -> String {
         let mut out = text
             .replace("{value}", "{{ $value | printf \"%.3g\" }}")
+            .replace("{percent}", "{{ $value | humanizePercentage }}")
             .replace("{threshold}", &format_value((self.threshold)(thresholds)));
         for name in ["service", "operation", "caller", "callee"] {
             out = out.replace(&format!("{{{name}}}"), &format!("{{{{ $labels.{name} }}}}"));
@@ -223,10 +227,21 @@ impl AlertDefinition {
 /// Three significant digits (whole numbers above 100), trailing zeros trimmed: what the
 /// Prometheus templates print with `printf "%.3g"` for the values alerts carry.
 fn format_value(v: f64) -> String {
+    significant(v, 3)
+}
+
+/// A share as a percentage with four significant digits: Prometheus' `humanizePercentage`.
+fn format_percent(v: f64) -> String {
+    format!("{}%", significant(v * 100.0, 4))
+}
+
+/// `v` with `digits` significant digits (whole numbers above 10^digits), trailing zeros
+/// trimmed.
+fn significant(v: f64, digits: i32) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
     }
-    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let digits = (digits - 1 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
     let s = format!("{v:.digits$}");
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_owned()
@@ -365,6 +380,13 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             format!(
                 "sum by ({EDGE}) (rate(stormglass_other_instance_retries_total[5m])) / \
                  (sum by ({EDGE}) (rate(stormglass_instance_retries_total[5m])) > 0)"
+            ),
+        ),
+        (
+            "stormglass:edge_timeout_kill:ratio_rate5m",
+            format!(
+                "sum by ({EDGE}) (rate(stormglass_timeout_killed_attempts_total[5m])) / \
+                 (sum by ({EDGE}) (rate(stormglass_served_budgeted_attempts_total[5m])) > 0)"
             ),
         ),
     ]

@@ -3,7 +3,7 @@
 use super::*;
 use crate::report::LayerFigures;
 
-/// Values print with three significant digits, whole above 100.
+/// Values print with three significant digits, whole above 100; shares as percentages with four.
 #[test]
 fn values_format_with_three_significant_digits() {
     assert_eq!(format_value(27.0), "27");
@@ -11,6 +11,8 @@ fn values_format_with_three_significant_digits() {
     assert_eq!(format_value(0.25), "0.25");
     assert_eq!(format_value(0.1), "0.1");
     assert_eq!(format_value(1234.0), "1234");
+    assert_eq!(format_percent(0.003), "0.3%");
+    assert_eq!(format_percent(1.0 / 3.0), "33.33%");
 }
 
 /// Every placeholder of every text is filled for the alert's own labels.

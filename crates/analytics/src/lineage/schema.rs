@@ -20,9 +20,10 @@ pub(super) const CALL_COLUMNS: [&str; 6] = [
 ];
 
 /// Span columns copied from the first SERVER child, and their names there.
-pub(super) const SERVER_COLUMNS: [(&str, &str); 7] = [
+pub(super) const SERVER_COLUMNS: [(&str, &str); 8] = [
     (col::SPAN_ID, "server_span_id"),
     (col::SERVICE_NAME, "server_service"),
+    (col::START_NS, "server_start_ns"),
     (col::END_NS, "server_end_ns"),
     (col::OUTCOME, "server_outcome"),
     (col::PENDING, "server_pending"),

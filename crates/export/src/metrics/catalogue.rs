@@ -140,6 +140,16 @@ families! {
             "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
             EDGE,
         ),
+        ServedBudgetedAttempts => spec(
+            "stormglass_served_budgeted_attempts_total",
+            "Attempts that carry a budget and whose callee sent a SERVER span: the attempts the timeout kill share is a share of.",
+            EDGE,
+        ),
+        TimeoutKilledAttempts => spec(
+            "stormglass_timeout_killed_attempts_total",
+            "Attempts whose callee's SERVER span ran longer than the attempt's budget: calls, slow but answered, the timeout cut off.",
+            EDGE,
+        ),
         HiddenAttempts => spec(
             "stormglass_hidden_attempts_total",
             "Attempts read from SERVER spans that carry no attempt number: re-sends below the caller's CLIENT span (client library, proxy), calls from uninstrumented callers.",

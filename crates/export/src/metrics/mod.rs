@@ -220,6 +220,16 @@ impl FigureMetrics {
                 edge.clone(),
                 r.deadline_ms_total / 1e3,
             );
+            add(
+                Counter::ServedBudgetedAttempts,
+                edge.clone(),
+                r.served_budgeted_attempts,
+            );
+            add(
+                Counter::TimeoutKilledAttempts,
+                edge.clone(),
+                r.timeout_killed_attempts,
+            );
             add(Counter::HiddenAttempts, edge.clone(), r.hidden_attempts);
             add(Counter::InferredAttempts, edge.clone(), r.inferred_attempts);
             add(Counter::HedgedAttempts, edge.clone(), r.hedged_attempts);
