@@ -724,3 +724,65 @@ fn exactness_agrees_live_and_offline() {
     assert_eq!(inv["timeout_ms"], 201.0);
     assert_eq!(inv["timeout_below_tail"], true);
 }
+
+/// The deploy gate: `--fail-on` exits 1 naming what holds at or above a level or by name,
+/// 0 when nothing does, and 2 for a name it does not know or input it cannot read.
+#[test]
+fn fail_on_gates_a_deploy() {
+    let d = dir("gate");
+    let mut unsafe_spans = Spans::default();
+    fixtures::unsafe_post(&mut unsafe_spans, 1);
+    let unsafe_file = d.join("unsafe.jsonl");
+    write_jsonl(&unsafe_file, &unsafe_spans, None);
+    let mut healthy = Spans::default();
+    fixtures::healthy(&mut healthy, 1);
+    let healthy_file = d.join("healthy.jsonl");
+    write_jsonl(&healthy_file, &healthy, None);
+
+    let run = common::stormglass_exit;
+    let (code, stdout, stderr) = run(&["analyze", path(&unsafe_file), "--fail-on", "critical"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stdout.contains("unsafe"),
+        "the report is printed as usual: {stdout}"
+    );
+    assert!(
+        stderr.contains("finding unsafe_retry (critical): cart -> orders"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("alert StormglassUnsafeRetries (critical)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("(warning)"), "{stderr}");
+
+    // By name: a finding that holds fails, one that does not passes.
+    let (code, _, stderr) = run(&[
+        "analyze",
+        path(&unsafe_file),
+        "--fail-on",
+        "timeout_below_tail,StormglassLatencyDrift",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("finding timeout_below_tail (warning)"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["analyze", path(&unsafe_file), "--fail-on", "overcommit"]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let (code, _, stderr) = run(&["analyze", path(&healthy_file), "--fail-on", "info"]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let (code, _, stderr) = run(&["analyze", path(&healthy_file), "--fail-on", "severe"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected info, warning, critical"),
+        "{stderr}"
+    );
+    let missing = d.join("missing.jsonl");
+    let (code, _, stderr) = run(&["analyze", path(&missing), "--fail-on", "info"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}

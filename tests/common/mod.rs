@@ -173,12 +173,18 @@ fn total(metrics: &[(String, f64)], name: &str, labels: &[&str]) -> f64 {
 
 /// Run the built `stormglass` binary; returns (success, stdout, stderr).
 pub fn stormglass(args: &[&str]) -> (bool, String, String) {
+    let (code, stdout, stderr) = stormglass_exit(args);
+    (code == Some(0), stdout, stderr)
+}
+
+/// Run the built `stormglass` binary; returns (exit code, stdout, stderr).
+pub fn stormglass_exit(args: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_stormglass"))
         .args(args)
         .output()
         .unwrap();
     (
-        output.status.success(),
+        output.status.code(),
         String::from_utf8(output.stdout).unwrap(),
         String::from_utf8(output.stderr).unwrap(),
     )

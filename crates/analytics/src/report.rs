@@ -159,6 +159,21 @@ pub struct Orphan {
     pub server_outcome: String,
 }
 
+/// Every finding kind with its severity, as `finding_counts.sql` assigns them (a test
+/// holds the two together): what `analyze --fail-on` accepts by name.
+pub const FINDING_KINDS: &[(&str, &str)] = &[
+    ("unsafe_retry", "critical"),
+    ("deadline_inversion", "warning"),
+    ("overcommit", "warning"),
+    ("timeout_retry_on_write", "warning"),
+    ("timeout_below_tail", "warning"),
+    ("clock_skew", "warning"),
+    ("not_propagated", "info"),
+    ("immediate_retry", "info"),
+    ("multi_layer_retry", "info"),
+    ("timeout_without_margin", "info"),
+];
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub kind: String,
@@ -525,3 +540,43 @@ fn chain_product(
     value
 }
 
+#[cfg(test)]
+mod tests {
+    use super::FINDING_KINDS;
+
+    fn sql(name: &str) -> &'static str {
+        crate::queries::DERIVED
+            .iter()
+            .chain(crate::queries::REPORT)
+            .find(|q| q.name == name)
+            .map(|q| q.sql)
+            .unwrap_or_default()
+    }
+
+    /// FINDING_KINDS lists every kind the queries emit, with the severity finding_counts
+    /// gives it (`ELSE 'info'` for those it does not name).
+    #[test]
+    fn finding_kinds_match_the_queries() {
+        let counts = sql("finding_counts");
+        let emitted = |kind: &str| {
+            [sql("findings"), counts]
+                .iter()
+                .any(|q| q.contains(&format!("SELECT '{kind}'")))
+        };
+        for (kind, severity) in FINDING_KINDS {
+            assert!(emitted(kind), "{kind} is emitted by no query");
+            let named = counts.contains(&format!("WHEN '{kind}' THEN '{severity}'"));
+            assert!(named || *severity == "info", "{kind}: {severity}");
+            assert!(
+                !counts.contains(&format!("WHEN '{kind}' THEN")) || named,
+                "{kind}"
+            );
+        }
+        let selected = [sql("findings"), counts]
+            .iter()
+            .map(|q| q.matches("SELECT '").count())
+            .sum::<usize>();
+        // deadline_inversion is selected twice (its attempt and its gRPC call span shape).
+        assert_eq!(selected, FINDING_KINDS.len() + 1);
+    }
+}

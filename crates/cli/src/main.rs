@@ -5,6 +5,7 @@ mod api;
 mod config;
 mod config_tree;
 mod demo;
+mod gate;
 mod load;
 mod offline;
 mod runbooks;
@@ -94,6 +95,12 @@ enum Command {
         /// cancel (the JSON lists them all either way).
         #[arg(long)]
         all: bool,
+        /// A deploy gate: after printing the report, exit 1 when a finding or an alert
+        /// condition (without its `for:`) holds at or above LEVEL (info, warning, critical),
+        /// or when one of the named findings or alerts does (`unsafe_retry,
+        /// StormglassRetryAmplificationHigh`), naming each on stderr.
+        #[arg(long, value_name = "LEVEL|KIND[,KIND...]")]
+        fail_on: Option<gate::FailOn>,
     },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
     /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
@@ -261,8 +268,9 @@ fn main() -> ExitCode {
             format,
             config,
             all,
+            fail_on,
         } => offline(config, |config| async move {
-            offline::analyze(&config, &files, format, all).await
+            offline::analyze(&config, &files, format, all, fail_on.as_ref()).await
         }),
         Command::Query {
             sql,
@@ -285,9 +293,14 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The gate's own answer, apart from errors: exit 1 as `diff` and `grep` do.
+        Err(e) if e.is::<gate::Failed>() => {
+            eprintln!("stormglass: {e:#}");
+            ExitCode::from(1)
+        }
         Err(e) => {
             eprintln!("stormglass: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }

@@ -9,6 +9,7 @@ use stormglass_analytics::report::{Report, WindowBounds};
 use stormglass_analytics::{Engine, alerts, engine, offline};
 
 use crate::config::Config;
+use crate::gate::{FailOn, Failed};
 use crate::table;
 
 /// Output format of `analyze` and `query`.
@@ -54,6 +55,7 @@ pub async fn analyze(
     paths: &[PathBuf],
     format: Format,
     all_orphans: bool,
+    fail_on: Option<&FailOn>,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     // The report reads only what the analysis does.
@@ -81,6 +83,13 @@ pub async fn analyze(
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print!("{}", table::report(&report, all_orphans)),
+    }
+    let failures = fail_on.map(|f| f.failures(&report)).unwrap_or_default();
+    for failure in &failures {
+        eprintln!("stormglass: fails the gate: {failure}");
+    }
+    if !failures.is_empty() {
+        return Err(Failed(failures.len()).into());
     }
     Ok(())
 }
