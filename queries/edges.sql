@@ -4,6 +4,8 @@
 --   attempt_success_rate    ok attempts / attempts
 --   retry_contribution      final ok after a retry / final ok
 --   retry_success_rate      ok retry attempts / retry attempts
+--   retried_failed_share    retried logical calls (more than one attempt) whose last attempt
+--                           failed / retried logical calls (retried_calls)
 --   retry_ratio             retry attempts / first attempts
 --   edge_amplification      attempts / logical calls
 --   timeout_rate            attempts ending in `deadline` / attempts
@@ -34,7 +36,7 @@
 --   params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
---   retry_success_rate, retry_ratio, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
+--   retry_success_rate, retried_calls, retried_failed_share, retry_ratio, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
 --   timeout_without_margin, orphan_pairs,
@@ -45,6 +47,7 @@ WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
     SUM(final_ok_retried) AS final_ok_retried, SUM(attempts) AS attempts,
+    SUM(retried_calls) AS retried_calls, SUM(retried_failed_calls) AS retried_failed_calls,
     SUM(ok_attempts) AS ok_attempts, SUM(timeout_attempts) AS timeout_attempts,
     SUM(served_budgeted_attempts) AS served_budgeted_attempts,
     SUM(timeout_killed_attempts) AS timeout_killed_attempts,
@@ -102,6 +105,8 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(e.ok_attempts AS DOUBLE) / NULLIF(e.attempts, 0) AS attempt_success_rate,
   CAST(e.final_ok_retried AS DOUBLE) / NULLIF(e.final_ok, 0) AS retry_contribution,
   CAST(e.ok_retry_attempts AS DOUBLE) / NULLIF(e.retry_attempts, 0) AS retry_success_rate,
+  CAST(ROUND(e.retried_calls) AS BIGINT) AS retried_calls,
+  CAST(e.retried_failed_calls AS DOUBLE) / NULLIF(e.retried_calls, 0) AS retried_failed_share,
   CAST(e.retry_attempts AS DOUBLE) / NULLIF(e.first_attempts, 0) AS retry_ratio,
   CAST(e.attempts AS DOUBLE) / NULLIF(e.logical_calls, 0) AS edge_amplification,
   CAST(e.timeout_attempts AS DOUBLE) / NULLIF(e.attempts, 0) AS timeout_rate,

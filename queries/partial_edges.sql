@@ -6,6 +6,8 @@
 -- budgeted_attempts and deadline_ms_total: the attempts that carry a budget (deadline_ms)
 -- and the sum of their budgets, so a Prometheus user gets the mean timeout of an edge from
 -- counters summed over instances (the configured timeout, exactly, when the edge has one).
+-- retried_calls, retried_failed_calls: logical calls with more than one attempt, and those
+-- of them whose last attempt failed.
 -- timeout_attempts: attempts ending in `deadline` (the timeout rate's numerator).
 -- served_budgeted_attempts: attempts with a budget whose callee sent a SERVER span;
 -- timeout_killed_attempts: those whose SERVER span ran longer than the attempt's budget
@@ -33,6 +35,7 @@
 --
 -- Inputs: attempts, logical_calls, orphans, findings, edge_names, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
+--   retried_calls, retried_failed_calls,
 --   attempts, ok_attempts, timeout_attempts, served_budgeted_attempts,
 --   timeout_killed_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
@@ -45,7 +48,10 @@ WITH lc AS (
     SUM(weight) AS logical_calls,
     COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok'), 0.0) AS final_ok,
     COALESCE(SUM(weight) FILTER (WHERE first_outcome = 'ok'), 0.0) AS first_ok,
-    COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok' AND attempts > 1), 0.0) AS final_ok_retried
+    COALESCE(SUM(weight) FILTER (WHERE final_outcome = 'ok' AND attempts > 1), 0.0) AS final_ok_retried,
+    COALESCE(SUM(weight) FILTER (WHERE attempts > 1), 0.0) AS retried_calls,
+    COALESCE(SUM(weight) FILTER (WHERE final_outcome <> 'ok' AND attempts > 1), 0.0)
+      AS retried_failed_calls
   FROM logical_calls
   GROUP BY edge
 ),
@@ -108,6 +114,7 @@ inv AS (
 )
 SELECT n.caller, n.callee, n.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
+  lc.retried_calls, lc.retried_failed_calls,
   at.attempts, at.ok_attempts, at.timeout_attempts, at.served_budgeted_attempts,
   at.timeout_killed_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,

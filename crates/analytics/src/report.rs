@@ -49,6 +49,13 @@ pub struct EdgeFigures {
     pub attempt_success_rate: Option<f64>,
     pub retry_contribution: Option<f64>,
     pub retry_success_rate: Option<f64>,
+    /// Logical calls with more than one attempt.
+    #[serde(default)]
+    pub retried_calls: u64,
+    /// Of the retried logical calls, the share whose last attempt failed: retries that did
+    /// not save the call. Null without retried calls.
+    #[serde(default)]
+    pub retried_failed_share: Option<f64>,
     pub retry_ratio: Option<f64>,
     #[serde(default)]
     pub retries_by_cause: BTreeMap<String, u64>,

@@ -948,3 +948,54 @@ async fn offline_chunks_equal_one_batch() {
         serde_json::to_value(&chunked).unwrap()
     );
 }
+
+/// Retried calls the retries did not save: every retried call of the 3x3x3 storm is lost
+/// (share 1, and StormglassRetriedCallsFailing fires once traffic allows); both retried
+/// POSTs of unsafe_post end ok (share 0); a call never retried counts in neither.
+#[tokio::test]
+async fn retried_calls_lost_anyway() {
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    fixtures::unsafe_post(&mut s, 2);
+    fixtures::timeouts(&mut s, 10);
+    let r = report(&s).await;
+
+    let storm = edge(&r, "gateway", "api");
+    assert_eq!(
+        (storm.retried_calls, storm.retried_failed_share),
+        (1, Some(1.0))
+    );
+    let db = edge(&r, "svc", "db");
+    assert_eq!((db.retried_calls, db.retried_failed_share), (9, Some(1.0)));
+    let post = edge(&r, "cart", "orders");
+    assert_eq!(
+        (post.retried_calls, post.retried_failed_share),
+        (2, Some(0.0))
+    );
+    let once = edge(&r, "basket", "pricing");
+    assert_eq!((once.retried_calls, once.retried_failed_share), (0, None));
+
+    let t = AlertThresholds {
+        min_events_per_minute: 0.0,
+        ..AlertThresholds::default()
+    };
+    let fired: Vec<_> = stormglass_analytics::alerts::evaluate(&r, &t)
+        .into_iter()
+        .filter(|a| a.name == "StormglassRetriedCallsFailing")
+        .map(|a| {
+            (
+                a.labels["caller"].clone(),
+                a.labels["callee"].clone(),
+                a.value,
+            )
+        })
+        .collect();
+    assert_eq!(
+        fired,
+        [
+            ("api".to_owned(), "svc".to_owned(), 1.0),
+            ("gateway".to_owned(), "api".to_owned(), 1.0),
+            ("svc".to_owned(), "db".to_owned(), 1.0),
+        ]
+    );
+}

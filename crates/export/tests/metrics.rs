@@ -210,6 +210,14 @@ async fn exposition_matches_the_report() {
             e.timeout_ms.map(|ms| ms / 1e3),
             "{what}"
         );
+        let retried = sum(&s, "stormglass_retried_calls_total", &labels);
+        assert_eq!(retried, e.retried_calls as f64, "{what}");
+        let failed = sum(&s, "stormglass_retried_failed_calls_total", &labels) / retried;
+        assert_eq!(
+            Some(failed).filter(|f| f.is_finite()),
+            e.retried_failed_share,
+            "{what}"
+        );
         let killed = sum(&s, "stormglass_timeout_killed_attempts_total", &labels)
             / sum(&s, "stormglass_served_budgeted_attempts_total", &labels);
         assert_eq!(

@@ -146,6 +146,35 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         },
     },
     AlertDefinition {
+        name: "StormglassRetriedCallsFailing",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: {percent} of retried calls still fail",
+        description: "{percent} of the calls {caller} retried to {callee} ({operation}) \
+            failed on their last attempt too (threshold {threshold}): the retries do not save \
+            the calls, they only add load to a callee that is failing.",
+        threshold: |t| t.retried_failed_share,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:edge_retried_failed:ratio_rate5m > {}",
+                    t.retried_failed_share
+                ),
+                "stormglass:edge_retried_calls:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.retried_failed_share,
+                |e| e.retried_calls as f64,
+                |v| v > t.retried_failed_share,
+            )
+        },
+    },
+    AlertDefinition {
         name: "StormglassRetryConcentration",
         severity: "critical",
         hold: Duration::from_secs(60),

@@ -50,6 +50,9 @@ pub struct AlertThresholds {
     pub retry_contribution: f64,
     pub retry_ratio: f64,
     pub retry_success_rate: f64,
+    /// `StormglassRetriedCallsFailing`: the share of retried logical calls whose last
+    /// attempt still failed.
+    pub retried_failed_share: f64,
     pub retries_per_minute: f64,
     pub tail_ratio: f64,
     pub orphan_work_seconds_per_minute: f64,
@@ -156,6 +159,7 @@ impl Default for AlertThresholds {
             retry_contribution: 0.20,
             retry_ratio: 0.10,
             retry_success_rate: 0.70,
+            retried_failed_share: 0.5,
             retries_per_minute: 50.0,
             tail_ratio: 2.0,
             orphan_work_seconds_per_minute: 1.0,
@@ -380,6 +384,17 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             format!(
                 "sum by ({EDGE}) (rate(stormglass_other_instance_retries_total[5m])) / \
                  (sum by ({EDGE}) (rate(stormglass_instance_retries_total[5m])) > 0)"
+            ),
+        ),
+        (
+            "stormglass:edge_retried_calls:rate5m",
+            format!("sum by ({EDGE}) (rate(stormglass_retried_calls_total[5m]))"),
+        ),
+        (
+            "stormglass:edge_retried_failed:ratio_rate5m",
+            ratio(
+                format!("sum by ({EDGE}) (rate(stormglass_retried_failed_calls_total[5m]))"),
+                "stormglass:edge_retried_calls:rate5m",
             ),
         ),
         (

@@ -140,6 +140,16 @@ families! {
             "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
             EDGE,
         ),
+        RetriedCalls => spec(
+            "stormglass_retried_calls_total",
+            "Logical calls with more than one attempt.",
+            EDGE,
+        ),
+        RetriedFailedCalls => spec(
+            "stormglass_retried_failed_calls_total",
+            "Logical calls with more than one attempt whose last attempt failed: divided by stormglass_retried_calls_total, the share of retried calls the retries did not save.",
+            EDGE,
+        ),
         ServedBudgetedAttempts => spec(
             "stormglass_served_budgeted_attempts_total",
             "Attempts that carry a budget and whose callee sent a SERVER span: the attempts the timeout kill share is a share of.",

@@ -220,6 +220,12 @@ impl FigureMetrics {
                 edge.clone(),
                 r.deadline_ms_total / 1e3,
             );
+            add(Counter::RetriedCalls, edge.clone(), r.retried_calls);
+            add(
+                Counter::RetriedFailedCalls,
+                edge.clone(),
+                r.retried_failed_calls,
+            );
             add(
                 Counter::ServedBudgetedAttempts,
                 edge.clone(),
