@@ -18,6 +18,9 @@
 --                           values counted over every duration of the window; otherwise
 --                           (a median timeout, late durations) against the 2% P99.9
 --   recommended_timeout_ms  callee p999 x advice.timeout_factor
+--   timed_out_server_ok_share  of the attempts ending in `deadline` whose callee sent a SERVER
+--                           span, the share whose SERVER span ended ok (however long after):
+--                           timeouts that threw away work the callee finished
 --   timeout_kill_share      of the attempts with a budget whose callee sent a SERVER span, the
 --                           share whose SERVER span ran longer than the budget: the calls,
 --                           slow but answered, that the timeout cuts off
@@ -36,7 +39,8 @@
 --   params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
---   retry_success_rate, retried_calls, retried_failed_share, retry_ratio, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
+--   retry_success_rate, retried_calls, retried_failed_share, retry_ratio,
+--   timed_out_server_ok_share, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
 --   timeout_without_margin, orphan_pairs,
@@ -49,6 +53,8 @@ WITH e AS (
     SUM(final_ok_retried) AS final_ok_retried, SUM(attempts) AS attempts,
     SUM(retried_calls) AS retried_calls, SUM(retried_failed_calls) AS retried_failed_calls,
     SUM(ok_attempts) AS ok_attempts, SUM(timeout_attempts) AS timeout_attempts,
+    SUM(timed_out_served_attempts) AS timed_out_served_attempts,
+    SUM(timed_out_server_ok_attempts) AS timed_out_server_ok_attempts,
     SUM(served_budgeted_attempts) AS served_budgeted_attempts,
     SUM(timeout_killed_attempts) AS timeout_killed_attempts,
     SUM(first_attempts) AS first_attempts,
@@ -110,6 +116,8 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(e.retry_attempts AS DOUBLE) / NULLIF(e.first_attempts, 0) AS retry_ratio,
   CAST(e.attempts AS DOUBLE) / NULLIF(e.logical_calls, 0) AS edge_amplification,
   CAST(e.timeout_attempts AS DOUBLE) / NULLIF(e.attempts, 0) AS timeout_rate,
+  CAST(e.timed_out_server_ok_attempts AS DOUBLE) / NULLIF(e.timed_out_served_attempts, 0)
+    AS timed_out_server_ok_share,
   e.max_attempt, e.max_outer_attempt,
   t.timeout_ms,
   l.p999_ms AS callee_p999_ms,

@@ -9,6 +9,9 @@
 -- retried_calls, retried_failed_calls: logical calls with more than one attempt, and those
 -- of them whose last attempt failed.
 -- timeout_attempts: attempts ending in `deadline` (the timeout rate's numerator).
+-- timed_out_served_attempts: attempts ending in `deadline` whose callee sent a SERVER span;
+-- timed_out_server_ok_attempts: those whose SERVER span ended ok (not pending), however long
+-- after the caller gave up.
 -- served_budgeted_attempts: attempts with a budget whose callee sent a SERVER span;
 -- timeout_killed_attempts: those whose SERVER span ran longer than the attempt's budget
 -- (the call would have been answered, later than the timeout allowed).
@@ -36,7 +39,8 @@
 -- Inputs: attempts, logical_calls, orphans, findings, edge_names, params.
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   retried_calls, retried_failed_calls,
---   attempts, ok_attempts, timeout_attempts, served_budgeted_attempts,
+--   attempts, ok_attempts, timeout_attempts, timed_out_served_attempts,
+--   timed_out_server_ok_attempts, served_budgeted_attempts,
 --   timeout_killed_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
@@ -62,6 +66,10 @@ at AS (
     SUM(a.weight) AS attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'ok'), 0.0) AS ok_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'deadline'), 0.0) AS timeout_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'deadline'
+      AND a.server_span_id IS NOT NULL), 0.0) AS timed_out_served_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'deadline' AND a.server_outcome = 'ok'
+      AND NOT COALESCE(a.server_pending, false)), 0.0) AS timed_out_server_ok_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL
       AND a.server_end_ns IS NOT NULL), 0.0) AS served_budgeted_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL
@@ -115,7 +123,8 @@ inv AS (
 SELECT n.caller, n.callee, n.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   lc.retried_calls, lc.retried_failed_calls,
-  at.attempts, at.ok_attempts, at.timeout_attempts, at.served_budgeted_attempts,
+  at.attempts, at.ok_attempts, at.timeout_attempts, at.timed_out_served_attempts,
+  at.timed_out_server_ok_attempts, at.served_budgeted_attempts,
   at.timeout_killed_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
   at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,

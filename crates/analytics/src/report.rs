@@ -63,6 +63,11 @@ pub struct EdgeFigures {
     /// Attempts ending in `deadline` / attempts.
     #[serde(default)]
     pub timeout_rate: Option<f64>,
+    /// Of the attempts ending in `deadline` whose callee sent a SERVER span, the share
+    /// whose SERVER span ended ok, however long after: work done and thrown away. Null
+    /// without such attempts.
+    #[serde(default)]
+    pub timed_out_server_ok_share: Option<f64>,
     pub max_attempt: Option<i64>,
     /// The highest attempt number of an in-process retry loop around this edge's calls
     /// (an INTERNAL span carrying `retry` over CLIENT attempts); null when there is none.

@@ -337,6 +337,8 @@ async fn timeout_below_callee_p999() {
     assert_eq!(alerts(&r, "StormglassTailRatioHigh"), 1);
     // 3 of inventory's 1000 durations are longer than 200 ms, counted exactly.
     assert_eq!(e.timeout_kill_share, Some(0.003));
+    // The 3 timed-out calls were answered ok after the client gave up.
+    assert_eq!(e.timed_out_server_ok_share, Some(1.0));
     assert_eq!(e.timeout_without_margin, Some(false));
 }
 
@@ -354,8 +356,11 @@ async fn timeout_kill_share_and_margin() {
     assert_eq!(pricing.timeout_kill_share, Some(0.25));
     assert_eq!(pricing.timeout_without_margin, Some(false));
     assert_eq!(pricing.timeout_rate, Some(0.25));
+    // Every timed-out call was answered ok by pricing, after the caller gave up.
+    assert_eq!(pricing.timed_out_server_ok_share, Some(1.0));
 
     let tax = edge(&r, "basket", "tax");
+    assert_eq!(tax.timed_out_server_ok_share, None);
     assert_eq!(tax.timeout_ms, Some(300.0));
     assert_eq!(tax.timeout_below_tail, Some(false));
     assert_eq!(tax.timeout_kill_share, Some(0.0));

@@ -218,6 +218,13 @@ async fn exposition_matches_the_report() {
             e.retried_failed_share,
             "{what}"
         );
+        let server_ok = sum(&s, "stormglass_timed_out_server_ok_attempts_total", &labels)
+            / sum(&s, "stormglass_timed_out_served_attempts_total", &labels);
+        assert_eq!(
+            Some(server_ok).filter(|k| k.is_finite()),
+            e.timed_out_server_ok_share,
+            "{what}"
+        );
         let killed = sum(&s, "stormglass_timeout_killed_attempts_total", &labels)
             / sum(&s, "stormglass_served_budgeted_attempts_total", &labels);
         assert_eq!(

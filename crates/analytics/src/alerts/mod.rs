@@ -387,6 +387,17 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "stormglass:edge_timed_out_server_ok:ratio_rate5m",
+            ratio(
+                format!(
+                    "sum by ({EDGE}) (rate(stormglass_timed_out_server_ok_attempts_total[5m]))"
+                ),
+                &format!(
+                    "sum by ({EDGE}) (rate(stormglass_timed_out_served_attempts_total[5m]))"
+                ),
+            ),
+        ),
+        (
             "stormglass:edge_retried_calls:rate5m",
             format!("sum by ({EDGE}) (rate(stormglass_retried_calls_total[5m]))"),
         ),

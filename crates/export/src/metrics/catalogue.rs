@@ -150,6 +150,16 @@ families! {
             "Logical calls with more than one attempt whose last attempt failed: divided by stormglass_retried_calls_total, the share of retried calls the retries did not save.",
             EDGE,
         ),
+        TimedOutServedAttempts => spec(
+            "stormglass_timed_out_served_attempts_total",
+            "Attempts ending in deadline whose callee sent a SERVER span.",
+            EDGE,
+        ),
+        TimedOutServerOkAttempts => spec(
+            "stormglass_timed_out_server_ok_attempts_total",
+            "Attempts ending in deadline whose callee's SERVER span ended ok, however long after: divided by stormglass_timed_out_served_attempts_total, the share of timeouts that threw finished work away.",
+            EDGE,
+        ),
         ServedBudgetedAttempts => spec(
             "stormglass_served_budgeted_attempts_total",
             "Attempts that carry a budget and whose callee sent a SERVER span: the attempts the timeout kill share is a share of.",

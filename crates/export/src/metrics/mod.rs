@@ -227,6 +227,16 @@ impl FigureMetrics {
                 r.retried_failed_calls,
             );
             add(
+                Counter::TimedOutServedAttempts,
+                edge.clone(),
+                r.timed_out_served_attempts,
+            );
+            add(
+                Counter::TimedOutServerOkAttempts,
+                edge.clone(),
+                r.timed_out_server_ok_attempts,
+            );
+            add(
                 Counter::ServedBudgetedAttempts,
                 edge.clone(),
                 r.served_budgeted_attempts,
