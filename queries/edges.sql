@@ -21,6 +21,9 @@
 --   timed_out_server_ok_share  of the attempts ending in `deadline` whose callee sent a SERVER
 --                           span, the share whose SERVER span ended ok (however long after):
 --                           timeouts that threw away work the callee finished
+--   attempts_without_deadline  of the attempts whose callee sent a SERVER span, the share with
+--                           no deadline on either side: calls that can wait forever
+--   timeout_too_long        timeout_ms above 10 x recommended_timeout_ms
 --   timeout_kill_share      of the attempts with a budget whose callee sent a SERVER span, the
 --                           share whose SERVER span ran longer than the budget: the calls,
 --                           slow but answered, that the timeout cuts off
@@ -43,7 +46,7 @@
 --   timed_out_server_ok_share, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
---   timeout_without_margin, orphan_pairs,
+--   timeout_without_margin, attempts_without_deadline, timeout_too_long, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   retries_to_other_instance
@@ -56,6 +59,8 @@ WITH e AS (
     SUM(timed_out_served_attempts) AS timed_out_served_attempts,
     SUM(timed_out_server_ok_attempts) AS timed_out_server_ok_attempts,
     SUM(served_budgeted_attempts) AS served_budgeted_attempts,
+    SUM(unbudgeted_served_attempts) AS unbudgeted_served_attempts,
+    SUM(served_attempts) AS served_attempts,
     SUM(timeout_killed_attempts) AS timeout_killed_attempts,
     SUM(first_attempts) AS first_attempts,
     SUM(retry_attempts) AS retry_attempts, SUM(ok_retry_attempts) AS ok_retry_attempts,
@@ -127,6 +132,8 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   l.p999_ms * p.timeout_factor AS recommended_timeout_ms,
   CAST(e.timeout_killed_attempts AS DOUBLE) / NULLIF(e.served_budgeted_attempts, 0)
     AS timeout_kill_share,
+  CAST(e.unbudgeted_served_attempts AS DOUBLE) / NULLIF(e.served_attempts, 0)
+    AS attempts_without_deadline,
   CAST(ROUND(e.orphan_pairs) AS BIGINT) AS orphan_pairs, e.orphan_work_ms / 1e3 AS orphan_work_seconds,
   CAST(ROUND(e.unsafe_retries) AS BIGINT) AS unsafe_retries,
   CAST(ROUND(e.timeout_retries_on_writes) AS BIGINT) AS timeout_retries_on_writes,
@@ -147,6 +154,7 @@ LEFT JOIN latency_totals lt ON lt.service = e.callee
 LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
 )
 SELECT figures.*,
-  NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin
+  NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin,
+  timeout_ms > 10 * recommended_timeout_ms AS timeout_too_long
 FROM figures
 ORDER BY caller, callee, operation

@@ -1,6 +1,6 @@
 -- finding_counts: one row per (kind, caller, callee, operation) over a window, with the
--- severity of its kind, the count, an example trace and its detail; timeout_below_tail and
--- timeout_without_margin findings come from the edges' merged figures, clock_skew ones (operation '*', counting
+-- severity of its kind, the count, an example trace and its detail; timeout_below_tail,
+-- timeout_without_margin and timeout_too_long findings come from the edges' merged figures, clock_skew ones (operation '*', counting
 -- the calls the estimate rests on) from clock_skew.
 --
 -- Inputs: p_findings, edges, clock_skew.
@@ -28,6 +28,15 @@ WITH found AS (
       CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
     CAST(NULL AS VARCHAR)
   FROM edges WHERE timeout_without_margin
+  UNION ALL
+  SELECT 'timeout_too_long', caller, callee, operation, attempts,
+    concat('timeout ', CAST(ROUND(timeout_ms) AS BIGINT), ' ms is ',
+      CAST(ROUND(timeout_ms / recommended_timeout_ms, 1) AS VARCHAR),
+      ' x the recommended ', CAST(ROUND(recommended_timeout_ms) AS BIGINT),
+      ' ms (callee P99.9 ', CAST(ROUND(callee_p999_ms) AS BIGINT),
+      ' ms): a stuck callee holds the caller that long'),
+    CAST(NULL AS VARCHAR)
+  FROM edges WHERE timeout_too_long
   UNION ALL
   SELECT 'clock_skew', caller, callee, '*', pairs,
     concat('the clock of ', callee, ' reads ', CAST(ROUND(clock_skew_ms, 1) AS VARCHAR),

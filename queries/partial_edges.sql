@@ -12,6 +12,8 @@
 -- timed_out_served_attempts: attempts ending in `deadline` whose callee sent a SERVER span;
 -- timed_out_server_ok_attempts: those whose SERVER span ended ok (not pending), however long
 -- after the caller gave up.
+-- unbudgeted_served_attempts: attempts whose callee sent a SERVER span, with no deadline on
+-- either side (the attempt's own or its call's, the SERVER span's).
 -- served_budgeted_attempts: attempts with a budget whose callee sent a SERVER span;
 -- timeout_killed_attempts: those whose SERVER span ran longer than the attempt's budget
 -- (the call would have been answered, later than the timeout allowed).
@@ -40,7 +42,7 @@
 -- Output: caller, callee, operation, logical_calls, final_ok, first_ok, final_ok_retried,
 --   retried_calls, retried_failed_calls,
 --   attempts, ok_attempts, timeout_attempts, timed_out_served_attempts,
---   timed_out_server_ok_attempts, served_budgeted_attempts,
+--   timed_out_server_ok_attempts, unbudgeted_served_attempts, served_budgeted_attempts,
 --   timeout_killed_attempts, first_attempts, retry_attempts, ok_retry_attempts, max_attempt,
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
@@ -70,6 +72,9 @@ at AS (
       AND a.server_span_id IS NOT NULL), 0.0) AS timed_out_served_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.outcome = 'deadline' AND a.server_outcome = 'ok'
       AND NOT COALESCE(a.server_pending, false)), 0.0) AS timed_out_server_ok_attempts,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.server_span_id IS NOT NULL
+      AND a.deadline_ms IS NULL AND a.server_deadline_ms IS NULL), 0.0)
+      AS unbudgeted_served_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL
       AND a.server_end_ns IS NOT NULL), 0.0) AS served_budgeted_attempts,
     COALESCE(SUM(a.weight) FILTER (WHERE a.deadline_ms IS NOT NULL
@@ -124,7 +129,7 @@ SELECT n.caller, n.callee, n.operation,
   lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
   lc.retried_calls, lc.retried_failed_calls,
   at.attempts, at.ok_attempts, at.timeout_attempts, at.timed_out_served_attempts,
-  at.timed_out_server_ok_attempts, at.served_budgeted_attempts,
+  at.timed_out_server_ok_attempts, at.unbudgeted_served_attempts, at.served_budgeted_attempts,
   at.timeout_killed_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
   at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,

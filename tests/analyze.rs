@@ -773,8 +773,16 @@ fn fail_on_gates_a_deploy() {
     let (code, _, stderr) = run(&["analyze", path(&unsafe_file), "--fail-on", "overcommit"]);
     assert_eq!(code, Some(0), "{stderr}");
 
-    let (code, _, stderr) = run(&["analyze", path(&healthy_file), "--fail-on", "info"]);
+    // The healthy chain holds nothing at warning or above; its 900 ms timeout over a 47 ms
+    // P99.9 is an info finding.
+    let (code, _, stderr) = run(&["analyze", path(&healthy_file), "--fail-on", "warning"]);
     assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = run(&["analyze", path(&healthy_file), "--fail-on", "info"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("finding timeout_too_long (info): web -> api"),
+        "{stderr}"
+    );
 
     let (code, _, stderr) = run(&["analyze", path(&healthy_file), "--fail-on", "severe"]);
     assert_eq!(code, Some(2), "{stderr}");

@@ -109,7 +109,15 @@ fn healthy_fires_nothing() {
         assert_eq!(e.retry_attempts, 0, "{e:?}");
         assert_eq!(e.effective_success_rate, Some(1.0), "{e:?}");
     }
-    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+    // Nothing but the info that generous timeouts are far above what the chain needs.
+    assert!(
+        report
+            .findings
+            .iter()
+            .all(|f| f.kind == "timeout_too_long" && f.severity == "info"),
+        "{:#?}",
+        report.findings
+    );
     assert!(report.orphans.is_empty());
     // The gRPC hop is seen as one logical call per request, attempts and all.
     assert_eq!(
@@ -374,8 +382,14 @@ fn builtin_page_draws_the_budget_topology() {
         .iter()
         .map(|l| l.as_str().unwrap())
         .collect();
-    assert_eq!(links.len(), report.findings.len(), "{drawn:#}");
-    for (link, finding) in links.iter().zip(&report.findings) {
+    // Findings about an edge's settings (timeouts) have no example trace, and no link.
+    let traced: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.example_trace_id.is_some())
+        .collect();
+    assert_eq!(links.len(), traced.len(), "{drawn:#}");
+    for (link, finding) in links.iter().zip(traced) {
         let id = finding.example_trace_id.as_deref().unwrap();
         assert_eq!(*link, format!("http://tempo:3200/trace/{id}"));
     }

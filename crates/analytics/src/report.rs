@@ -85,6 +85,14 @@ pub struct EdgeFigures {
     /// The timeout is not below the callee's P99.9 but below `recommended_timeout_ms`.
     #[serde(default)]
     pub timeout_without_margin: Option<bool>,
+    /// The timeout is more than 10 x `recommended_timeout_ms`.
+    #[serde(default)]
+    pub timeout_too_long: Option<bool>,
+    /// Of the attempts whose callee sent a SERVER span, the share with no deadline on either
+    /// side (the attempt's, the SERVER span's): calls that can wait forever. Null without
+    /// such attempts.
+    #[serde(default)]
+    pub attempts_without_deadline: Option<f64>,
     pub orphan_pairs: u64,
     pub orphan_work_seconds: f64,
     pub unsafe_retries: u64,
@@ -184,6 +192,7 @@ pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("immediate_retry", "info"),
     ("multi_layer_retry", "info"),
     ("timeout_without_margin", "info"),
+    ("timeout_too_long", "info"),
 ];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -554,14 +554,19 @@ async fn both_retry_shapes_agree() {
     assert_eq!(shapes[0], shapes[1]);
 }
 
-/// A healthy chain fires no alert and has no finding.
+/// A healthy chain fires no alert and has no finding but the info that its timeouts are
+/// far longer than it needs (see `deadlines_missing_and_too_long`).
 #[tokio::test]
 async fn healthy_chain_is_quiet() {
     let mut s = Spans::default();
     fixtures::healthy(&mut s, 1);
     let r = report(&s).await;
     assert!(r.alerts.is_empty(), "{:#?}", r.alerts);
-    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert!(
+        r.findings.iter().all(|f| f.kind == "timeout_too_long"),
+        "{:#?}",
+        r.findings
+    );
     assert_eq!(r.entries[0].storm_potential, 1.0);
     assert_eq!(edge(&r, "web", "api").retry_ratio, Some(0.0));
     assert_eq!(edge(&r, "web", "api").retry_success_rate, None);
@@ -1002,5 +1007,46 @@ async fn retried_calls_lost_anyway() {
             ("gateway".to_owned(), "api".to_owned(), 1.0),
             ("svc".to_owned(), "db".to_owned(), 1.0),
         ]
+    );
+}
+
+/// Calls that can wait forever and timeouts far above the need: the storm's calls carry no
+/// deadline on either side (share 1); the healthy chain's do (0), its uninstrumented
+/// database answers no SERVER span (null), and its 900 ms and 800 ms timeouts are more than
+/// 10 x the recommended 71 ms and 56 ms: two timeout_too_long findings.
+#[tokio::test]
+async fn deadlines_missing_and_too_long() {
+    let mut storm = Spans::default();
+    fixtures::storm(&mut storm, 1);
+    let storm = report(&storm).await;
+    let gateway = edge(&storm, "gateway", "api");
+    assert_eq!(gateway.attempts_without_deadline, Some(1.0));
+    assert_eq!(gateway.timeout_too_long, None);
+
+    let mut s = Spans::default();
+    fixtures::healthy(&mut s, 1);
+    let r = report(&s).await;
+    let web = edge(&r, "web", "api");
+    assert_eq!(web.attempts_without_deadline, Some(0.0));
+    assert_eq!(web.timeout_too_long, Some(true));
+    let db = edge(&r, "api", "db");
+    assert_eq!(db.attempts_without_deadline, None);
+    assert_eq!(db.timeout_too_long, Some(true));
+    let too_long: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == "timeout_too_long")
+        .map(|f| {
+            (
+                f.severity.as_str(),
+                f.caller.as_str(),
+                f.callee.as_str(),
+                f.count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        too_long,
+        [("info", "api", "db", 20), ("info", "web", "api", 20)]
     );
 }

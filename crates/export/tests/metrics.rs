@@ -225,6 +225,13 @@ async fn exposition_matches_the_report() {
             e.timed_out_server_ok_share,
             "{what}"
         );
+        let unbudgeted = sum(&s, "stormglass_unbudgeted_served_attempts_total", &labels)
+            / sum(&s, "stormglass_served_attempts_total", &labels);
+        assert_eq!(
+            Some(unbudgeted).filter(|k| k.is_finite()),
+            e.attempts_without_deadline,
+            "{what}"
+        );
         let killed = sum(&s, "stormglass_timeout_killed_attempts_total", &labels)
             / sum(&s, "stormglass_served_budgeted_attempts_total", &labels);
         assert_eq!(

@@ -398,6 +398,13 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "stormglass:edge_attempts_without_deadline:ratio_rate5m",
+            ratio(
+                format!("sum by ({EDGE}) (rate(stormglass_unbudgeted_served_attempts_total[5m]))"),
+                &format!("sum by ({EDGE}) (rate(stormglass_served_attempts_total[5m]))"),
+            ),
+        ),
+        (
             "stormglass:edge_retried_calls:rate5m",
             format!("sum by ({EDGE}) (rate(stormglass_retried_calls_total[5m]))"),
         ),

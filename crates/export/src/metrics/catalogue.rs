@@ -160,6 +160,16 @@ families! {
             "Attempts ending in deadline whose callee's SERVER span ended ok, however long after: divided by stormglass_timed_out_served_attempts_total, the share of timeouts that threw finished work away.",
             EDGE,
         ),
+        ServedAttempts => spec(
+            "stormglass_served_attempts_total",
+            "Attempts whose callee sent a SERVER span.",
+            EDGE,
+        ),
+        UnbudgetedServedAttempts => spec(
+            "stormglass_unbudgeted_served_attempts_total",
+            "Attempts whose callee sent a SERVER span, with no deadline on either side: divided by stormglass_served_attempts_total, the share of calls that can wait forever.",
+            EDGE,
+        ),
         ServedBudgetedAttempts => spec(
             "stormglass_served_budgeted_attempts_total",
             "Attempts that carry a budget and whose callee sent a SERVER span: the attempts the timeout kill share is a share of.",

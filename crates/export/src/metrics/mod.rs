@@ -236,6 +236,12 @@ impl FigureMetrics {
                 edge.clone(),
                 r.timed_out_server_ok_attempts,
             );
+            add(Counter::ServedAttempts, edge.clone(), r.served_attempts);
+            add(
+                Counter::UnbudgetedServedAttempts,
+                edge.clone(),
+                r.unbudgeted_served_attempts,
+            );
             add(
                 Counter::ServedBudgetedAttempts,
                 edge.clone(),
