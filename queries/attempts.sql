@@ -35,7 +35,7 @@
 -- parent's), else `unknown`. Both are named with the lineage (its `callee` and `caller`),
 -- which also gives each (caller, callee, operation) one integer, `edge`.
 -- cause: the attempt's cause attribute, else the previous attempt's outcome (null on
--- attempt 0). backoff_ms: gap since the previous attempt's end (null on the first).
+-- attempt 0). prev_outcome: the previous attempt's outcome, whatever the attribute says. backoff_ms: gap since the previous attempt's end (null on the first).
 -- baseline: the attempt would happen with no retry anywhere upstream (its number and every
 -- ancestor attempt's number are 0).
 --
@@ -47,7 +47,7 @@
 --
 -- Output: trace_id, span_id, parent_span_id, calling_span_id, logical_call_id, caller,
 --   callee, operation,
---   attempt, cause, outcome, start_ns, end_ns, duration_ms, deadline_ms, own_deadline_ms,
+--   attempt, cause, prev_outcome, outcome, start_ns, end_ns, duration_ms, deadline_ms, own_deadline_ms,
 --   idempotent, has_idempotency_key, is_write, non_idempotent, backoff_ms, baseline,
 --   anchor_deadline_ms, anchor_start_ns, upstream_attempt_span_id, root_span_id,
 --   server_span_id, server_service, server_start_ns, server_end_ns, server_outcome, server_pending,
@@ -110,6 +110,7 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
        WHEN o.hedged THEN 'hedge'
        ELSE COALESCE(o.retry_cause, o.prev_outcome)
   END AS cause,
+  o.prev_outcome,
   o.outcome, o.start_ns, o.end_ns, (o.end_ns - o.start_ns) / 1e6 AS duration_ms,
   o.deadline_ms, o.own_deadline_ms, o.idempotent, o.has_idempotency_key, o.is_write,
   COALESCE(NOT o.idempotent, o.is_write) AS non_idempotent,

@@ -30,6 +30,7 @@
 --   timeout_without_margin  the timeout is not below the tail but below
 --                           recommended_timeout_ms: a slightly slower day starts cutting calls
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
+--   non_retryable_retries (retries after a `client_error`: the same request meets it again),
 --   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
 --   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
 --   hidden_attempts, inferred_attempts, hedged_attempts: attempts found without a number
@@ -48,6 +49,7 @@
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
 --   timeout_without_margin, attempts_without_deadline, timeout_too_long, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
+--   non_retryable_retries,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   retries_to_other_instance
 WITH e AS (
@@ -68,6 +70,7 @@ WITH e AS (
     SUM(unsafe_retries) AS unsafe_retries,
     SUM(timeout_retries_on_writes) AS timeout_retries_on_writes,
     SUM(immediate_retries) AS immediate_retries, SUM(orphan_pairs) AS orphan_pairs,
+    SUM(non_retryable_retries) AS non_retryable_retries,
     SUM(orphan_work_ms) AS orphan_work_ms, SUM(deadline_inversions) AS deadline_inversions,
     SUM(hidden_attempts) AS hidden_attempts, SUM(inferred_attempts) AS inferred_attempts,
     SUM(hedged_attempts) AS hedged_attempts, SUM(instance_retries) AS instance_retries,
@@ -138,6 +141,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.unsafe_retries) AS BIGINT) AS unsafe_retries,
   CAST(ROUND(e.timeout_retries_on_writes) AS BIGINT) AS timeout_retries_on_writes,
   CAST(ROUND(e.immediate_retries) AS BIGINT) AS immediate_retries,
+  CAST(ROUND(e.non_retryable_retries) AS BIGINT) AS non_retryable_retries,
   CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
   k.clock_skew_ms,
   CAST(ROUND(e.hidden_attempts) AS BIGINT) AS hidden_attempts,

@@ -49,6 +49,7 @@ SELECT kind,
             WHEN 'deadline_inversion' THEN 'warning'
             WHEN 'overcommit' THEN 'warning'
             WHEN 'timeout_retry_on_write' THEN 'warning'
+            WHEN 'non_retryable_retry' THEN 'warning'
             WHEN 'timeout_below_tail' THEN 'warning'
             WHEN 'clock_skew' THEN 'warning'
             ELSE 'info' END AS severity,

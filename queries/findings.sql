@@ -18,6 +18,9 @@
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
+--   non_retryable_retry   a retry (not a hedge) after an attempt that ended `client_error`:
+--                         the same request meets the same error (a 4xx but 408 and 429,
+--                         INVALID_ARGUMENT, NOT_FOUND, ... a non-zero err_code);
 --   multi_layer_retry     a trace in which two or more retry layers retried: each caller
 --                         is one, and an in-process retry loop around a caller's calls
 --                         (attempts.outer_attempt) is another (named after the trace's entry).
@@ -204,6 +207,13 @@ SELECT 'immediate_retry', a.trace_id, a.caller, a.callee, a.operation,
   a.weight, a.edge
 FROM params p CROSS JOIN attempts a
 WHERE a.attempt >= 1 AND NOT a.hedged AND a.backoff_ms < p.min_backoff_ms
+UNION ALL
+SELECT 'non_retryable_retry', a.trace_id, a.caller, a.callee, a.operation,
+  concat('retry #', CAST(a.attempt AS VARCHAR),
+    ' after a client_error, which the same request meets again'),
+  a.weight, a.edge
+FROM attempts a
+WHERE a.attempt >= 1 AND NOT a.hedged AND a.prev_outcome = 'client_error'
 UNION ALL
 SELECT 'multi_layer_retry', e.trace_id, e.service, '', e.operation,
   concat(CAST(m.retrying_layers AS VARCHAR), ' layers retried in one trace'),

@@ -134,6 +134,7 @@ counts! {
     EdgeCount from "partial_edges" {
         labels: caller, callee, operation;
         counts: unsafe_retries, timeout_retries_on_writes, immediate_retries,
+            non_retryable_retries,
             retried_calls, retried_failed_calls, timed_out_served_attempts,
             timed_out_server_ok_attempts, served_attempts, unbudgeted_served_attempts,
             budgeted_attempts, deadline_ms_total, served_budgeted_attempts,

@@ -98,6 +98,9 @@ pub struct EdgeFigures {
     pub unsafe_retries: u64,
     pub timeout_retries_on_writes: u64,
     pub immediate_retries: u64,
+    /// Retries after an attempt that ended `client_error`: the same request meets it again.
+    #[serde(default)]
+    pub non_retryable_retries: u64,
     pub deadline_inversions: u64,
     /// How far the callee's clock reads ahead of the caller's (ms), estimated from their
     /// answered calls; null when no call was answered.
@@ -186,6 +189,7 @@ pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("deadline_inversion", "warning"),
     ("overcommit", "warning"),
     ("timeout_retry_on_write", "warning"),
+    ("non_retryable_retry", "warning"),
     ("timeout_below_tail", "warning"),
     ("clock_skew", "warning"),
     ("not_propagated", "info"),

@@ -1050,3 +1050,40 @@ async fn deadlines_missing_and_too_long() {
         [("info", "api", "db", 20), ("info", "web", "api", 20)]
     );
 }
+
+/// Retries that cannot succeed: after a 404, an INVALID_ARGUMENT and a business err_code,
+/// not after a 429; each is a warning finding with an example trace, and the alert fires.
+#[tokio::test]
+async fn retries_after_client_errors() {
+    let mut s = Spans::default();
+    fixtures::client_errors(&mut s, 1);
+    let r = report(&s).await;
+
+    let users = edge(&r, "app", "users");
+    assert_eq!((users.retry_attempts, users.non_retryable_retries), (3, 2));
+    let accounts = edge(&r, "app", "accounts");
+    assert_eq!(
+        (accounts.retry_attempts, accounts.non_retryable_retries),
+        (1, 1)
+    );
+    assert_eq!(findings(&r, "non_retryable_retry"), 3);
+    assert!(
+        r.findings
+            .iter()
+            .filter(|f| f.kind == "non_retryable_retry")
+            .all(|f| f.severity == "warning" && f.example_trace_id.is_some())
+    );
+    let t = AlertThresholds {
+        min_events_per_minute: 0.0,
+        ..AlertThresholds::default()
+    };
+    let fired: Vec<_> = stormglass_analytics::alerts::evaluate(&r, &t)
+        .into_iter()
+        .filter(|a| a.name == "StormglassNonRetryableRetries")
+        .map(|a| (a.labels["callee"].clone(), a.value))
+        .collect();
+    assert_eq!(
+        fired,
+        [("accounts".to_owned(), 1.0), ("users".to_owned(), 2.0)]
+    );
+}

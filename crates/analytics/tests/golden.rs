@@ -183,3 +183,10 @@ async fn golden_hidden() {
 async fn golden_timeouts() {
     check("timeouts", fixtures::timeouts).await;
 }
+
+/// Golden tables of retries after client errors (404, INVALID_ARGUMENT, err_code) and one
+/// after a 429.
+#[tokio::test]
+async fn golden_client_errors() {
+    check("client_errors", fixtures::client_errors).await;
+}

@@ -172,6 +172,10 @@ async fn exposition_matches_the_report() {
                 e.timeout_retries_on_writes,
             ),
             ("stormglass_immediate_retries_total", e.immediate_retries),
+            (
+                "stormglass_non_retryable_retries_total",
+                e.non_retryable_retries,
+            ),
             ("stormglass_orphan_pairs_total", e.orphan_pairs),
             ("stormglass_hidden_attempts_total", e.hidden_attempts),
             ("stormglass_inferred_attempts_total", e.inferred_attempts),

@@ -355,6 +355,34 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         },
     },
     AlertDefinition {
+        name: "StormglassNonRetryableRetries",
+        severity: "warning",
+        // 1m, as for inversions: a count in a 5-minute range holds only 5 minutes.
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee} {operation}: {value} retries of client errors",
+        description: "{caller} retried {operation} on {callee} {value} times after a client \
+            error (a 4xx but 408 and 429, INVALID_ARGUMENT, NOT_FOUND, ... a non-zero \
+            err_code): the same request meets the same error, so each retry is load that \
+            cannot succeed.",
+        threshold: |_| 0.0,
+        expr: |t| {
+            guarded(
+                format!(
+                    "sum by ({EDGE}) (increase(stormglass_non_retryable_retries_total[5m])) > 0"
+                ),
+                "stormglass:edge_retry_attempts:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            r.edges
+                .iter()
+                .filter(|e| e.non_retryable_retries > 0 && busy(r, e.retry_attempts as f64, t))
+                .map(|e| (edge_labels(e), e.non_retryable_retries as f64))
+                .collect()
+        },
+    },
+    AlertDefinition {
         name: "StormglassOrphanWork",
         severity: "warning",
         hold: Duration::from_secs(5 * 60),

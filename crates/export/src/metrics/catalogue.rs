@@ -160,6 +160,11 @@ families! {
             "Attempts ending in deadline whose callee's SERVER span ended ok, however long after: divided by stormglass_timed_out_served_attempts_total, the share of timeouts that threw finished work away.",
             EDGE,
         ),
+        NonRetryableRetries => spec(
+            "stormglass_non_retryable_retries_total",
+            "Retries after an attempt that ended client_error (a 4xx but 408 and 429, a gRPC status the same request meets again, a non-zero err_code): they cannot succeed.",
+            EDGE,
+        ),
         ServedAttempts => spec(
             "stormglass_served_attempts_total",
             "Attempts whose callee sent a SERVER span.",

@@ -236,6 +236,11 @@ impl FigureMetrics {
                 edge.clone(),
                 r.timed_out_server_ok_attempts,
             );
+            add(
+                Counter::NonRetryableRetries,
+                edge.clone(),
+                r.non_retryable_retries,
+            );
             add(Counter::ServedAttempts, edge.clone(), r.served_attempts);
             add(
                 Counter::UnbudgetedServedAttempts,
