@@ -1,9 +1,25 @@
--- entry_operations: entry requests per (service, operation) over a window. Storm potential
--- is added by the report from p_links and the edges' max attempts (a graph walk).
+-- entry_operations: per entry (service, operation) over a window: requests; error_rate =
+-- failed entry requests / requests; p99_ms and p999_ms of the entry requests' durations
+-- (nearest rank over the 2% histogram, as the layers'). Storm potential is added by the
+-- report from p_links and the edges' max attempts (a graph walk).
 --
--- Inputs: p_entries.
--- Output: service, operation, requests
-SELECT service, operation, CAST(ROUND(SUM(requests)) AS BIGINT) AS requests
-FROM p_entries
-GROUP BY service, operation
-ORDER BY service, operation
+-- Inputs: p_entries, p_entry_latency.
+-- Output: service, operation, requests, error_rate, p99_ms, p999_ms
+WITH r AS (
+  SELECT service, operation, SUM(requests) AS requests, SUM(failed) AS failed
+  FROM p_entries
+  GROUP BY service, operation
+),
+q AS (
+  SELECT service, operation,
+    sg_bucket_quantile(bucket, n, 0.99) AS p99_ms,
+    sg_bucket_quantile(bucket, n, 0.999) AS p999_ms
+  FROM p_entry_latency
+  GROUP BY service, operation
+)
+SELECT r.service, r.operation, CAST(ROUND(r.requests) AS BIGINT) AS requests,
+  CAST(r.failed AS DOUBLE) / NULLIF(r.requests, 0) AS error_rate, q.p99_ms, q.p999_ms
+FROM r
+LEFT JOIN q ON (q.service IS NOT DISTINCT FROM r.service)
+  AND (q.operation IS NOT DISTINCT FROM r.operation)
+ORDER BY r.service, r.operation

@@ -123,7 +123,7 @@ counts! {
     /// Requests per entry operation.
     EntryCount from "partial_entries" {
         labels: service, operation;
-        counts: requests
+        counts: requests, failed
     }
     /// Attempts a layer received, and what it would have received with no retry upstream.
     LayerCount from "partial_layers" {
@@ -163,6 +163,12 @@ counts! {
         indexes: le;
         counts: n, seconds
     }
+    /// Entry request durations per entry operation, bucketed as the layers' are.
+    EntryLatencyBuckets from "partial_entry_latency" {
+        labels: service, operation;
+        indexes: le;
+        counts: n, seconds
+    }
     /// Remaining budgets at attempt start per edge, bucketed as the latencies are.
     BudgetBuckets from "partial_budgets" {
         labels: caller, callee, operation;
@@ -183,6 +189,7 @@ pub struct IntervalCounts {
     pub findings: Vec<FindingCount>,
     pub traces: Vec<TraceCount>,
     pub latency: Vec<LatencyBuckets>,
+    pub entry_latency: Vec<EntryLatencyBuckets>,
     pub budgets: Vec<BudgetBuckets>,
 }
 
@@ -199,6 +206,7 @@ impl Partials {
             findings: FindingCount::read(self),
             traces: TraceCount::read(self),
             latency: LatencyBuckets::read(self),
+            entry_latency: EntryLatencyBuckets::read(self),
             budgets: BudgetBuckets::read(self),
         }
     }

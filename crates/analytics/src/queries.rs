@@ -49,6 +49,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_layers"),
     query!("partial_latency"),
     query!("partial_entries"),
+    query!("partial_entry_latency"),
     query!("partial_traces"),
     query!("partial_findings"),
     query!("partial_orphans"),

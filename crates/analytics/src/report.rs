@@ -148,6 +148,14 @@ pub struct EntryFigures {
     pub service: String,
     pub operation: String,
     pub requests: u64,
+    /// Failed entry requests (the entry span's outcome is not ok) / requests.
+    #[serde(default)]
+    pub error_rate: Option<f64>,
+    /// P99 and P99.9 of the entry requests' durations (within 2%).
+    #[serde(default)]
+    pub p99_ms: Option<f64>,
+    #[serde(default)]
+    pub p999_ms: Option<f64>,
     #[serde(default)]
     pub storm_potential: f64,
 }

@@ -1087,3 +1087,25 @@ async fn retries_after_client_errors() {
         [("accounts".to_owned(), 1.0), ("users".to_owned(), 2.0)]
     );
 }
+
+/// Per entry operation, what callers outside see: 200 requests to `edge` GET /, 10 of them
+/// answered 502 (error_rate 0.05); 198 take 10 ms and 2 take 300 ms, so P99 (the 198th) is
+/// 10 ms and P99.9 (the 200th) 300 ms, each within 2%.
+#[tokio::test]
+async fn entry_error_rate_and_latency() {
+    let mut s = Spans::default();
+    for i in 0..200u32 {
+        let took = if i < 2 { 300.0 } else { 10.0 };
+        let status = if i % 20 == 5 { 502 } else { 200 };
+        s.server(i + 1, "edge", "GET /")
+            .at(0.0, took)
+            .with(vec![fixtures::route("/"), fixtures::http_status(status)])
+            .add();
+    }
+    let r = report(&s).await;
+    let entry = &r.entries[0];
+    assert_eq!((entry.service.as_str(), entry.requests), ("edge", 200));
+    assert_eq!(entry.error_rate, Some(0.05));
+    assert!(near(entry.p99_ms, 10.0), "{entry:?}");
+    assert!(near(entry.p999_ms, 300.0), "{entry:?}");
+}

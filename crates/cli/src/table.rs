@@ -152,12 +152,23 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                 e.service.clone(),
                 e.operation.clone(),
                 e.requests.to_string(),
+                percent(e.error_rate),
+                number(e.p99_ms, 1),
+                number(e.p999_ms, 1),
                 format!("{}", e.storm_potential),
             ]
         })
         .collect();
     out += &grid(
-        &["service", "operation", "requests", "storm potential"],
+        &[
+            "service",
+            "operation",
+            "requests",
+            "errors",
+            "p99 ms",
+            "p99.9 ms",
+            "storm potential",
+        ],
         &rows,
     );
 

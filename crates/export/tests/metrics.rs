@@ -315,6 +315,16 @@ async fn exposition_matches_the_report() {
             sum(&s, "stormglass_storm_potential_ratio", &labels),
             e.storm_potential
         );
+        // The entry's error rate from its counters; its histogram holds every request.
+        let requests = sum(&s, "stormglass_entry_requests_total", &labels);
+        assert_eq!(requests, e.requests as f64, "{e:?}");
+        let failed = sum(&s, "stormglass_entry_failed_requests_total", &labels);
+        assert_eq!(Some(failed / requests), e.error_rate, "{e:?}");
+        assert_eq!(
+            sum(&s, "stormglass_entry_duration_seconds_count", &labels),
+            requests,
+            "{e:?}"
+        );
     }
 }
 

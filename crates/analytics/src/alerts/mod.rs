@@ -346,6 +346,27 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
                 .to_owned(),
         ),
         (
+            "stormglass:entry_error:ratio_rate5m",
+            ratio(
+                "sum by (service, operation) \
+                 (rate(stormglass_entry_failed_requests_total[5m]))"
+                    .to_owned(),
+                "sum by (service, operation) (rate(stormglass_entry_requests_total[5m]))",
+            ),
+        ),
+        (
+            "stormglass:entry_latency_p99:seconds_rate5m",
+            "histogram_quantile(0.99, sum by (service, operation, le) \
+             (rate(stormglass_entry_duration_seconds_bucket[5m])))"
+                .to_owned(),
+        ),
+        (
+            "stormglass:entry_latency_p999:seconds_rate5m",
+            "histogram_quantile(0.999, sum by (service, operation, le) \
+             (rate(stormglass_entry_duration_seconds_bucket[5m])))"
+                .to_owned(),
+        ),
+        (
             "stormglass:layer_tail:ratio_rate5m",
             "stormglass:layer_latency_p999:seconds_rate5m / \
              (stormglass:layer_latency_p99:seconds_rate5m > 0)"

@@ -80,6 +80,11 @@ families! {
             "Requests entering the system (root SERVER/CONSUMER spans), by entry service and operation.",
             &["service", "operation"],
         ),
+        EntryFailedRequests => spec(
+            "stormglass_entry_failed_requests_total",
+            "Requests entering the system whose entry span failed: divided by stormglass_entry_requests_total, the entry's error rate.",
+            &["service", "operation"],
+        ),
         LayerAttempts => spec(
             "stormglass_layer_attempts_total",
             "Attempts (and entry requests) received by a layer; divided by the baseline it is the amplification.",
@@ -220,6 +225,11 @@ families! {
             "stormglass_layer_duration_seconds",
             "Layer latency: SERVER span durations per service (client-observed for uninstrumented callees).",
             SERVICE,
+        ),
+        EntryDuration => spec(
+            "stormglass_entry_duration_seconds",
+            "Durations of the requests entering the system (root SERVER/CONSUMER spans), per entry service and operation.",
+            &["service", "operation"],
         ),
         RemainingBudget => spec(
             "stormglass_remaining_budget_seconds",

@@ -195,11 +195,9 @@ impl FigureMetrics {
             add(Counter::Attempts, labels, r.attempts);
         }
         for r in counts.entries {
-            add(
-                Counter::EntryRequests,
-                vec![r.service, r.operation],
-                r.requests,
-            );
+            let entry = vec![r.service, r.operation];
+            add(Counter::EntryRequests, entry.clone(), r.requests);
+            add(Counter::EntryFailedRequests, entry, r.failed);
         }
         for r in counts.layers {
             add(Counter::LayerAttempts, vec![r.service.clone()], r.received);
@@ -314,6 +312,11 @@ impl FigureMetrics {
             .into_iter()
             .map(|r| (vec![r.service], r.le, r.n, r.seconds));
         self.add_histograms(state, Histogram::LayerDuration, latency);
+        let entry_latency = counts
+            .entry_latency
+            .into_iter()
+            .map(|r| (vec![r.service, r.operation], r.le, r.n, r.seconds));
+        self.add_histograms(state, Histogram::EntryDuration, entry_latency);
         let budgets = counts
             .budgets
             .into_iter()
