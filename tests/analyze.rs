@@ -794,3 +794,60 @@ fn fail_on_gates_a_deploy() {
     let (code, _, stderr) = run(&["analyze", path(&missing), "--fail-on", "info"]);
     assert_eq!(code, Some(2), "{stderr}");
 }
+
+/// What-if, offline and live: `stormglass whatif --fail db=1` over the storm's spans gives
+/// 27 / 9 / 3, the same JSON as `/api/v1/whatif?fail=db:1` over the live window; a service
+/// the traces do not have, or a malformed failure, is an error (exit 2, 400).
+#[test]
+fn what_if_offline_and_live() {
+    let d = dir("whatif");
+    let mut spans = Spans::default();
+    fixtures::storm(&mut spans, 1);
+    let file = d.join("storm.jsonl");
+    write_jsonl(&file, &spans, None);
+
+    let (code, stdout, stderr) =
+        common::stormglass_exit(&["whatif", "--fail", "db=1", path(&file), "--format", "json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let offline: Value = serde_json::from_str(&stdout).unwrap();
+    let amplification = |w: &Value, service: &str| {
+        w["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["service"] == service)
+            .unwrap()["amplification"]
+            .as_f64()
+            .unwrap()
+    };
+    for (service, expected) in [("api", 3.0), ("svc", 9.0), ("db", 27.0)] {
+        assert_eq!(amplification(&offline, service), expected, "{service}");
+    }
+    let (code, table, _) = common::stormglass_exit(&["whatif", "--fail", "db=1", path(&file)]);
+    assert_eq!(code, Some(0));
+    assert!(table.contains("27.000"), "{table}");
+    let (code, _, stderr) = common::stormglass_exit(&["whatif", "--fail", "nope=1", path(&file)]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no such service"), "{stderr}");
+    let (code, _, _) = common::stormglass_exit(&["whatif", "--fail", "db=2", path(&file)]);
+    assert_eq!(code, Some(2));
+
+    let (report, _) = analyze_json(&file);
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    serve_and_report(&server, &spans, 1, &report);
+    let url = format!("http://{}/api/v1/whatif?fail=db:1", server.api);
+    let (status, body) = get(&url);
+    assert_eq!(status, 200, "{body}");
+    let live: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(live["edges"], offline["edges"]);
+    for (service, expected) in [("api", 3.0), ("svc", 9.0), ("db", 27.0)] {
+        assert_eq!(amplification(&live, service), expected, "{service}");
+    }
+    let (status, body) = get(&format!("http://{}/api/v1/whatif?fail=db", server.api));
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = get(&format!("http://{}/api/v1/whatif", server.api));
+    assert_eq!(status, 400);
+}

@@ -290,7 +290,8 @@ fn orphans_pair_every_abandoned_attempt() {
 /// The built-in page (`GET /`) in a real headless Chromium, over the budget scenario: it
 /// loads with no console error, failed request or script error, draws every service of the
 /// report as a node and every edge, each coloured by its remaining budget against its
-/// timeout as the legend says (the squeezed hop red), and lists the alerts. The screenshot is
+/// timeout as the legend says (the squeezed hop red), lists the alerts, and its what-if
+/// control predicts a load for every layer. The screenshot is
 /// kept in the target directory's test artifacts. Needs Debian's chromium and tests/js's
 /// packages (tests/run.sh installs both).
 #[test]
@@ -382,6 +383,16 @@ fn builtin_page_draws_the_budget_topology() {
         .iter()
         .map(|l| l.as_str().unwrap())
         .collect();
+    // The what-if control answers for every layer of the window, none below 1.
+    let whatif = drawn["whatif"].as_array().unwrap();
+    assert_eq!(whatif.len(), report.layers.len(), "{drawn:#}");
+    assert!(drawn["failed"].as_str().is_some_and(|s| !s.is_empty()));
+    assert!(
+        whatif
+            .iter()
+            .all(|l| l["amplification"].as_f64().is_some_and(|a| a >= 1.0)),
+        "{drawn:#}"
+    );
     // Findings about an edge's settings (timeouts) have no example trace, and no link.
     let traced: Vec<_> = report
         .findings

@@ -17,6 +17,7 @@ mod parallel;
 pub mod queries;
 pub mod report;
 pub mod table;
+pub mod whatif;
 
 pub use alerts::{Alert, AlertDefinition, AlertThresholds};
 pub use engine::{AnalysisError, Engine, Params, Partials, WindowContext};

@@ -1109,3 +1109,62 @@ async fn entry_error_rate_and_latency() {
     assert!(near(entry.p99_ms, 10.0), "{entry:?}");
     assert!(near(entry.p999_ms, 300.0), "{entry:?}");
 }
+
+/// What-if on the 3x3x3 storm (gateway -> api -> svc -> db, 3 attempts per call on each
+/// edge): db failing always gives 27 / 9 / 3 below the entry; failing half the time, the
+/// geometric sums 1.75 at db's callers, then 1 + q + q^2 with q = 0.5^3 = 0.125 at svc's,
+/// and with q = 0.125^3 at api's: 2.0 / 1.14 / 1.002, as worked out in docs/figures.md.
+#[tokio::test]
+async fn what_if_a_service_fails() {
+    use stormglass_analytics::whatif::what_if;
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    let r = report(&s).await;
+    let amplification = |w: &stormglass_analytics::whatif::WhatIf, service: &str| {
+        w.layers
+            .iter()
+            .find(|l| l.service == service)
+            .unwrap()
+            .amplification
+    };
+
+    let always = what_if(&r, &[("db".into(), 1.0)]);
+    for (service, expected) in [("gateway", 1.0), ("api", 3.0), ("svc", 9.0), ("db", 27.0)] {
+        assert_eq!(amplification(&always, service), expected, "{service}");
+    }
+    let db = always.layers.iter().find(|l| l.service == "db").unwrap();
+    let baseline = r.layers.iter().find(|l| l.service == "db").unwrap();
+    assert_eq!(
+        db.requests_per_second,
+        Some(baseline.baseline_attempts as f64 / r.window.seconds.unwrap() * 27.0)
+    );
+
+    let half = what_if(&r, &[("db".into(), 0.5)]);
+    let q_api: f64 = 0.125f64.powi(3);
+    let at_api = 1.0 + q_api + q_api * q_api;
+    let at_svc = at_api * (1.0 + 0.125 + 0.125 * 0.125);
+    let at_db = at_svc * 1.75;
+    for (service, expected) in [("api", at_api), ("svc", at_svc), ("db", at_db)] {
+        let got = amplification(&half, service);
+        assert!(
+            (got - expected).abs() < 1e-12,
+            "{service}: {got} vs {expected}"
+        );
+    }
+    assert_eq!(
+        [at_api, at_svc, at_db].map(|a| (a * 1000.0).round() / 1000.0),
+        [1.002, 1.143, 2.0]
+    );
+    let edge = half.edges.iter().find(|e| e.callee == "db").unwrap();
+    assert_eq!(
+        (
+            edge.max_attempts,
+            edge.callee_failure_probability,
+            edge.attempts_per_call
+        ),
+        (3, 0.5, 1.75)
+    );
+    // Nothing fails: every layer at 1.
+    let none = what_if(&r, &[("db".into(), 0.0)]);
+    assert!(none.layers.iter().all(|l| l.amplification == 1.0));
+}

@@ -63,7 +63,8 @@ pub fn router(
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/api/v1/report", get(report))
-        .route("/api/v1/alerts", get(alerts));
+        .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/whatif", get(whatif));
     if let Some(token) = token {
         protected = protected.layer(axum::middleware::from_fn(
             move |request: axum::extract::Request, next: axum::middleware::Next| {
@@ -142,6 +143,34 @@ async fn healthz(State(state): State<ApiState>) -> Response {
 
 async fn report(State(state): State<ApiState>) -> Response {
     json(state.analysis.report().as_ref())
+}
+
+/// `/api/v1/whatif?fail=SERVICE:P[&fail=...]`: the what-if over the latest window's report
+/// (400 with what is expected for a missing or malformed `fail`, or a service the window
+/// has not seen).
+async fn whatif(
+    State(state): State<ApiState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let bad = |message: String| (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
+    let failures: Result<Vec<(String, f64)>, String> =
+        form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .filter(|(key, _)| key == "fail")
+            .map(|(_, value)| stormglass_analytics::whatif::parse_failure(&value))
+            .collect();
+    let failures = match failures {
+        Ok(f) if !f.is_empty() => f,
+        Ok(_) => return bad("expected ?fail=SERVICE:P, e.g. ?fail=db:1 (repeatable)".into()),
+        Err(e) => return bad(e),
+    };
+    let report = state.analysis.report();
+    if let Some((unknown, _)) = failures
+        .iter()
+        .find(|(s, _)| !report.layers.iter().any(|l| &l.service == s))
+    {
+        return bad(format!("fail={unknown}: no such service in the window"));
+    }
+    json(&stormglass_analytics::whatif::what_if(&report, &failures))
 }
 
 async fn alerts(State(state): State<ApiState>) -> Response {

@@ -102,6 +102,22 @@ enum Command {
         #[arg(long, value_name = "LEVEL|KIND[,KIND...]")]
         fail_on: Option<gate::FailOn>,
     },
+    /// What if a service failed: each layer's expected amplification and request rate if
+    /// every request to SERVICE failed with probability P, from the retry policies observed
+    /// in the span files (each edge's most attempts per call).
+    Whatif {
+        /// SERVICE=P: requests to SERVICE fail with probability P (0 to 1); repeatable.
+        #[arg(long = "fail", required = true, value_parser = stormglass_analytics::whatif::parse_failure)]
+        fail: Vec<(String, f64)>,
+        /// Span files, as for analyze.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: offline::Format,
+        /// Configuration file for thresholds.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
     /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
     /// edge_causes, entry_operations, trace_counts, finding_counts.
@@ -271,6 +287,14 @@ fn main() -> ExitCode {
             fail_on,
         } => offline(config, |config| async move {
             offline::analyze(&config, &files, format, all, fail_on.as_ref()).await
+        }),
+        Command::Whatif {
+            fail,
+            files,
+            format,
+            config,
+        } => offline(config, |config| async move {
+            offline::whatif(&config, &files, &fail, format).await
         }),
         Command::Query {
             sql,

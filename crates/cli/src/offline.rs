@@ -57,6 +57,48 @@ pub async fn analyze(
     all_orphans: bool,
     fail_on: Option<&FailOn>,
 ) -> anyhow::Result<()> {
+    let report = report(config, paths).await?;
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => print!("{}", table::report(&report, all_orphans)),
+    }
+    let failures = fail_on.map(|f| f.failures(&report)).unwrap_or_default();
+    for failure in &failures {
+        eprintln!("stormglass: fails the gate: {failure}");
+    }
+    if !failures.is_empty() {
+        return Err(Failed(failures.len()).into());
+    }
+    Ok(())
+}
+
+/// `stormglass whatif --fail SERVICE=P... FILE...`: each layer's expected amplification if
+/// requests to those services failed, from the retry policies in the files' traces.
+pub async fn whatif(
+    config: &Config,
+    paths: &[PathBuf],
+    failures: &[(String, f64)],
+    format: Format,
+) -> anyhow::Result<()> {
+    let report = report(config, paths).await?;
+    let known = |s: &str| report.layers.iter().any(|l| l.service == s);
+    if let Some((unknown, _)) = failures.iter().find(|(s, _)| !known(s)) {
+        let services: Vec<&str> = report.layers.iter().map(|l| l.service.as_str()).collect();
+        bail!(
+            "--fail {unknown}: no such service in the traces; they have {}",
+            services.join(", ")
+        );
+    }
+    let answer = stormglass_analytics::whatif::what_if(&report, failures);
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
+        Format::Table => print!("{}", table::whatif(&answer)),
+    }
+    Ok(())
+}
+
+/// The report over every trace in the files, with its alert conditions.
+async fn report(config: &Config, paths: &[PathBuf]) -> anyhow::Result<Report> {
     let started = std::time::Instant::now();
     // The report reads only what the analysis does.
     let (batches, mut summary) = files::read(paths, &config.conventions(), Columns::Analysed);
@@ -80,18 +122,7 @@ pub async fn analyze(
         .context("building the report failed")?;
     engine::timed("report", started);
     report.alerts = alerts::evaluate(&report, &config.alerts);
-    match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Table => print!("{}", table::report(&report, all_orphans)),
-    }
-    let failures = fail_on.map(|f| f.failures(&report)).unwrap_or_default();
-    for failure in &failures {
-        eprintln!("stormglass: fails the gate: {failure}");
-    }
-    if !failures.is_empty() {
-        return Err(Failed(failures.len()).into());
-    }
-    Ok(())
+    Ok(report)
 }
 
 /// `stormglass query SQL --from FILE...`: ad hoc SQL over the span table, the derived

@@ -280,6 +280,48 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
     out
 }
 
+/// The what-if as readable tables: layers, then edges.
+pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
+    let mut out = String::from("Layers if the failures happened\n");
+    let rows: Vec<Vec<String>> = w
+        .layers
+        .iter()
+        .map(|l| {
+            vec![
+                l.service.clone(),
+                format!("{:.3}", l.amplification),
+                number(l.requests_per_second, 1),
+            ]
+        })
+        .collect();
+    out += &grid(&["service", "amplification", "requests/s"], &rows);
+    let _ = writeln!(out, "\nEdges");
+    let rows: Vec<Vec<String>> = w
+        .edges
+        .iter()
+        .map(|e| {
+            vec![
+                format!("{} -> {}", e.caller, e.callee),
+                e.operation.clone(),
+                e.max_attempts.to_string(),
+                format!("{:.4}", e.callee_failure_probability),
+                format!("{:.3}", e.attempts_per_call),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &[
+            "edge",
+            "operation",
+            "max attempts",
+            "callee fails",
+            "attempts per call",
+        ],
+        &rows,
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
