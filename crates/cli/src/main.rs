@@ -83,14 +83,8 @@ enum Command {
     /// the OpenTelemetry Collector file exporter writes, or one document), binary OTLP
     /// protobuf, or Parquet with the span schema.
     Analyze {
-        /// Span files (.json/.jsonl/.ndjson, .parquet, anything else is OTLP protobuf).
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value = "table")]
-        format: offline::Format,
-        /// Configuration file for thresholds (the same file `serve` reads).
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        input: SpanFiles,
         /// List every orphan pair in the table, not only the 20 with the most work after
         /// cancel (the JSON lists them all either way).
         #[arg(long)]
@@ -109,14 +103,8 @@ enum Command {
         /// SERVICE=P: requests to SERVICE fail with probability P (0 to 1); repeatable.
         #[arg(long = "fail", required = true, value_parser = stormglass_analytics::whatif::parse_failure)]
         fail: Vec<(String, f64)>,
-        /// Span files, as for analyze.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value = "table")]
-        format: offline::Format,
-        /// Configuration file for thresholds.
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        input: SpanFiles,
     },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
     /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
@@ -260,6 +248,20 @@ struct LoadArgs {
     spans: u64,
 }
 
+/// The span files `analyze` and `whatif` read, and how they print.
+#[derive(clap::Args)]
+struct SpanFiles {
+    /// Span files (.json/.jsonl/.ndjson, .parquet, anything else is OTLP protobuf); a
+    /// directory stands for the archive files in it.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "table")]
+    format: offline::Format,
+    /// Configuration file for thresholds (the same file `serve` reads).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum LoadProtocol {
     Grpc,
@@ -280,21 +282,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Analyze {
-            files,
-            format,
-            config,
+            input,
             all,
             fail_on,
-        } => offline(config, |config| async move {
-            offline::analyze(&config, &files, format, all, fail_on.as_ref()).await
+        } => offline(input.config, |config| async move {
+            offline::analyze(&config, &input.files, input.format, all, fail_on.as_ref()).await
         }),
-        Command::Whatif {
-            fail,
-            files,
-            format,
-            config,
-        } => offline(config, |config| async move {
-            offline::whatif(&config, &files, &fail, format).await
+        Command::Whatif { fail, input } => offline(input.config, |config| async move {
+            offline::whatif(&config, &input.files, &fail, input.format).await
         }),
         Command::Query {
             sql,
