@@ -851,3 +851,108 @@ fn what_if_offline_and_live() {
     let (status, _) = get(&format!("http://{}/api/v1/whatif", server.api));
     assert_eq!(status, 400);
 }
+
+/// check-budget: the issue's table (300 + 400 + 100 in 800) passes and 500 + 400 in 800
+/// fails; against traffic, a declared timeout under the callee's P99.9 fails saying what it
+/// kills and an undeclared edge warns; a budget emitted from traffic passes against that
+/// traffic; a bad file is every problem at once, exit 2.
+#[test]
+fn check_budget_on_its_own_against_traffic_and_emitted() {
+    let d = dir("budget");
+    let write = |name: &str, text: &str| {
+        let path = d.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let fits = write(
+        "fits.yaml",
+        "edges:
+  - {caller: gateway, callee: order, timeout: 800ms}
+  - {caller: order, callee: inventory, timeout: 300ms}
+  - {caller: order, callee: payment, timeout: 400ms}
+  - {caller: order, callee: user, timeout: 100ms}
+sequential:
+  order: [inventory, payment, user]
+",
+    );
+    let (code, stdout, stderr) = common::stormglass_exit(&["check-budget", path(&fits)]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("4 edge(s) declared: 0 error(s), 0 warning(s)"),
+        "{stdout}"
+    );
+    let over = write(
+        "over.toml",
+        "[[edges]]
+caller = \"gateway\"
+callee = \"order\"
+timeout = \"800ms\"
+[[edges]]
+caller = \"order\"
+callee = \"inventory\"
+timeout = \"500ms\"
+[[edges]]
+caller = \"order\"
+callee = \"payment\"
+timeout = \"400ms\"
+[sequential]
+order = [\"inventory\", \"payment\"]
+",
+    );
+    let (code, stdout, _) = common::stormglass_exit(&["check-budget", path(&over)]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("error overcommit: order calls inventory, payment one after another: 500 + 400 = 900 ms, more than its budget of 800 ms"),
+        "{stdout}"
+    );
+
+    // Against traffic: basket's pricing calls take 180 ms a quarter of the time.
+    let mut spans = Spans::default();
+    fixtures::timeouts(&mut spans, 1);
+    let traffic = d.join("timeouts.jsonl");
+    write_jsonl(&traffic, &spans, None);
+    let tight = write(
+        "tight.yaml",
+        "edges:\n  - {caller: basket, callee: pricing, timeout: 100ms}\n",
+    );
+    let (code, stdout, _) =
+        common::stormglass_exit(&["check-budget", path(&tight), "--against", path(&traffic)]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("error timeout_below_tail: basket -> pricing: the declared 100 ms is below pricing's observed P99.9 of 178 ms and kills 25.0% of its calls"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("warning undeclared_edge: basket -> tax is in the traffic but not declared"),
+        "{stdout}"
+    );
+
+    // Emitted from healthy traffic, then checked against it: it passes.
+    let mut healthy = Spans::default();
+    fixtures::healthy(&mut healthy, 1);
+    let traffic = d.join("healthy.jsonl");
+    write_jsonl(&traffic, &healthy, None);
+    let (code, emitted, stderr) =
+        common::stormglass_exit(&["check-budget", "--emit", path(&traffic)]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        emitted.contains("callee: api") && emitted.contains("timeout: 900ms"),
+        "{emitted}"
+    );
+    let baseline = write("baseline.yaml", &emitted);
+    let (code, stdout, _) =
+        common::stormglass_exit(&["check-budget", path(&baseline), "--against", path(&traffic)]);
+    assert_eq!(code, Some(0), "{emitted}\n{stdout}");
+
+    let bad = write(
+        "bad.yaml",
+        "edges:\n  - {caller: a, callee: b, timeout: soon}\n  - {caller: a, timeout: 1s}\n",
+    );
+    let (code, _, stderr) = common::stormglass_exit(&["check-budget", path(&bad)]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("edges[0].timeout") && stderr.contains("edges[1].callee"),
+        "{stderr}"
+    );
+}

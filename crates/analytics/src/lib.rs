@@ -20,6 +20,7 @@ pub mod table;
 pub mod whatif;
 
 pub use alerts::{Alert, AlertDefinition, AlertThresholds};
+pub use datafusion::prelude::SessionContext;
 pub use engine::{AnalysisError, Engine, Params, Partials, WindowContext};
 pub use live::{AnalysisMetrics, AnalyticsConfig, Faults, IntervalObserver, LiveAnalysis};
 pub use report::Report;

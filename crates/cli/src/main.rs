@@ -2,6 +2,7 @@
 //! handling; each command lives in its own module.
 
 mod api;
+mod budget;
 mod config;
 mod config_tree;
 mod demo;
@@ -105,6 +106,26 @@ enum Command {
         fail: Vec<(String, f64)>,
         #[command(flatten)]
         input: SpanFiles,
+    },
+    /// Check a declared budget table (each edge's timeout, attempts, backoff; which calls a
+    /// service makes one after another): worst cases past the caller's budget (inversion)
+    /// and sequential calls past it (overcommit); with --against, also timeouts below the
+    /// callee's P99.9, attempts above the declared ones and undeclared edges in the traffic.
+    /// Exit 1 on any error-level violation.
+    CheckBudget {
+        /// The budget file: YAML, or TOML by its .toml name.
+        #[arg(required_unless_present = "emit")]
+        file: Option<PathBuf>,
+        /// Span files (or archive directories) whose traffic the budgets are checked against.
+        #[arg(long, num_args = 1.., conflicts_with = "emit")]
+        against: Vec<PathBuf>,
+        /// Instead of checking, print a budget file written from these span files' traffic:
+        /// a baseline to commit.
+        #[arg(long, num_args = 1.., conflicts_with = "file")]
+        emit: Vec<PathBuf>,
+        /// Configuration file (advice.timeout_factor and the conventions).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
     /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
@@ -291,6 +312,17 @@ fn main() -> ExitCode {
         Command::Whatif { fail, input } => offline(input.config, |config| async move {
             offline::whatif(&config, &input.files, &fail, input.format).await
         }),
+        Command::CheckBudget {
+            file,
+            against,
+            emit,
+            config,
+        } => offline(config, |config| async move {
+            match file {
+                Some(file) => offline::check_budget(&config, &file, &against).await,
+                None => offline::emit_budget(&config, &emit).await,
+            }
+        }),
         Command::Query {
             sql,
             from,
@@ -313,7 +345,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The gate's own answer, apart from errors: exit 1 as `diff` and `grep` do.
-        Err(e) if e.is::<gate::Failed>() => {
+        Err(e) if e.is::<gate::Failed>() || e.is::<budget::Violated>() => {
             eprintln!("stormglass: {e:#}");
             ExitCode::from(1)
         }

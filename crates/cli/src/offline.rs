@@ -1,13 +1,14 @@
 //! `stormglass analyze` and `stormglass query`: the live analysis's SQL over span files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use stormglass_analytics::files::{self, Columns, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
-use stormglass_analytics::{Engine, alerts, engine, offline};
+use stormglass_analytics::{Engine, SessionContext, alerts, engine, offline};
 
+use crate::budget;
 use crate::config::Config;
 use crate::gate::{FailOn, Failed};
 use crate::table;
@@ -95,6 +96,145 @@ pub async fn whatif(
         Format::Table => print!("{}", table::whatif(&answer)),
     }
     Ok(())
+}
+
+/// `stormglass check-budget FILE [--against FILE...]`: every violation with its numbers;
+/// an error-level one fails.
+pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> anyhow::Result<()> {
+    let declared = budget::read(file).map_err(anyhow::Error::msg)?;
+    let mut found = budget::check(&declared);
+    if !against.is_empty() {
+        let observed = observed(config, against, &declared).await?;
+        found.extend(budget::against(
+            &declared,
+            &observed,
+            config.advice.timeout_factor,
+        ));
+    }
+    for v in &found {
+        println!("{v}");
+    }
+    let errors = found
+        .iter()
+        .filter(|v| v.level == budget::Level::Error)
+        .count();
+    println!(
+        "{} edge(s) declared: {errors} error(s), {} warning(s)",
+        declared.edges.len(),
+        found.len() - errors
+    );
+    if errors > 0 {
+        return Err(budget::Violated(errors).into());
+    }
+    Ok(())
+}
+
+/// `stormglass check-budget --emit FILE...`: a budget file from the files' traffic.
+pub async fn emit_budget(config: &Config, paths: &[PathBuf]) -> anyhow::Result<()> {
+    let engine = Engine::new(config.params());
+    let ctx = engine
+        .query_context(load(config, paths, Columns::All)?)
+        .await
+        .context("analysis failed")?;
+    let observed = observed_edges(&ctx).await?;
+    let calls: Vec<budget::CallRow> = sql_rows(
+        &ctx,
+        "SELECT caller, callee, encode(CAST(parent_span_id AS BYTEA), 'hex') AS parent_span_id, \
+         start_ns, end_ns FROM logical_calls WHERE caller <> 'unknown'",
+    )
+    .await?;
+    print!("{}", budget::emit(&observed, &budget::sequential(&calls)));
+    Ok(())
+}
+
+/// Every (caller, callee) of the files' traffic with what the budget checks compare, and
+/// for the declared ones the SERVER spans longer than the declared timeout.
+async fn observed(
+    config: &Config,
+    paths: &[PathBuf],
+    declared: &budget::Declared,
+) -> anyhow::Result<Vec<budget::Observed>> {
+    let engine = Engine::new(config.params());
+    let ctx = engine
+        .query_context(load(config, paths, Columns::All)?)
+        .await
+        .context("analysis failed")?;
+    let mut observed = observed_edges(&ctx).await?;
+    #[derive(serde::Deserialize)]
+    struct Served {
+        n: Option<f64>,
+        longer: Option<f64>,
+    }
+    let quote = |s: &str| s.replace('\'', "''");
+    for o in &mut observed {
+        let Some(e) = declared
+            .edges
+            .iter()
+            .find(|e| e.caller == o.caller && e.callee == o.callee)
+        else {
+            continue;
+        };
+        let served: Vec<Served> = sql_rows(
+            &ctx,
+            &format!(
+                "SELECT SUM(weight) AS n, SUM(weight) FILTER (WHERE \
+                 (server_end_ns - server_start_ns) / 1e6 > {}) AS longer FROM attempts \
+                 WHERE server_end_ns IS NOT NULL AND caller = '{}' AND callee = '{}'",
+                e.timeout_ms,
+                quote(&e.caller),
+                quote(&e.callee)
+            ),
+        )
+        .await?;
+        o.served = served
+            .first()
+            .and_then(|s| Some((s.n?, s.longer.unwrap_or(0.0))));
+    }
+    Ok(observed)
+}
+
+/// The traffic's (caller, callee) pairs, operations merged: most attempts per call, the
+/// timeout, the recommended timeout and the callee's P99.9 (known callers only).
+async fn observed_edges(ctx: &SessionContext) -> anyhow::Result<Vec<budget::Observed>> {
+    #[derive(serde::Deserialize)]
+    struct Row {
+        caller: String,
+        callee: String,
+        max_attempt: Option<i64>,
+        timeout_ms: Option<f64>,
+        recommended_timeout_ms: Option<f64>,
+        callee_p999_ms: Option<f64>,
+    }
+    let rows: Vec<Row> = sql_rows(
+        ctx,
+        "SELECT caller, callee, MAX(max_attempt) AS max_attempt, MAX(timeout_ms) AS timeout_ms, \
+         MAX(recommended_timeout_ms) AS recommended_timeout_ms, \
+         MAX(callee_p999_ms) AS callee_p999_ms \
+         FROM edges WHERE caller <> 'unknown' GROUP BY caller, callee ORDER BY caller, callee",
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| budget::Observed {
+            caller: r.caller,
+            callee: r.callee,
+            max_attempts: u32::try_from(r.max_attempt.unwrap_or(0).max(0) + 1).unwrap_or(u32::MAX),
+            timeout_ms: r.timeout_ms,
+            recommended_timeout_ms: r.recommended_timeout_ms,
+            callee_p999_ms: r.callee_p999_ms,
+            served: None,
+        })
+        .collect())
+}
+
+/// Run `sql` and read its rows into `T`.
+async fn sql_rows<T: serde::de::DeserializeOwned>(
+    ctx: &SessionContext,
+    sql: &str,
+) -> anyhow::Result<Vec<T>> {
+    stormglass_analytics::table::sql_rows(ctx, sql)
+        .await
+        .with_context(|| format!("querying the traffic: {sql}"))
 }
 
 /// The report over every trace in the files, with its alert conditions.
