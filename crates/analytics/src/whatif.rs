@@ -71,6 +71,14 @@ pub fn parse_failure(text: &str) -> Result<(String, f64), String> {
     Ok((service.trim().to_owned(), p))
 }
 
+/// The first failed service the report has no layer for (a what-if about it says nothing).
+pub fn unknown_service<'f>(report: &Report, failures: &'f [(String, f64)]) -> Option<&'f str> {
+    failures
+        .iter()
+        .map(|(service, _)| service.as_str())
+        .find(|s| !report.layers.iter().any(|l| l.service == *s))
+}
+
 /// Expected attempts per call of an edge with at most `m` attempts whose callee fails with
 /// probability `q`.
 pub fn attempts_per_call(q: f64, m: u32) -> f64 {

@@ -164,10 +164,7 @@ async fn whatif(
         Err(e) => return bad(e),
     };
     let report = state.analysis.report();
-    if let Some((unknown, _)) = failures
-        .iter()
-        .find(|(s, _)| !report.layers.iter().any(|l| &l.service == s))
-    {
+    if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, &failures) {
         return bad(format!("fail={unknown}: no such service in the window"));
     }
     json(&stormglass_analytics::whatif::what_if(&report, &failures))

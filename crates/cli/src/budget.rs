@@ -78,18 +78,6 @@ impl fmt::Display for Violation {
     }
 }
 
-/// `check-budget` found error-level violations: `stormglass` exits 1 (errors exit 2).
-#[derive(Debug)]
-pub struct Violated(pub usize);
-
-impl fmt::Display for Violated {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "check-budget: {} error-level violation(s)", self.0)
-    }
-}
-
-impl std::error::Error for Violated {}
-
 /// Read a budget file (YAML, or TOML by its `.toml` name): every problem at once, each with
 /// its path (`edges[1].timeout: ...`).
 pub fn read(path: &Path) -> Result<Declared, String> {

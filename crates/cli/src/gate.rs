@@ -63,18 +63,6 @@ impl FromStr for FailOn {
     }
 }
 
-/// The gate failed: `stormglass` exits 1 (errors exit 2).
-#[derive(Debug)]
-pub struct Failed(pub usize);
-
-impl fmt::Display for Failed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "--fail-on: {} finding(s) or alert(s) hold", self.0)
-    }
-}
-
-impl std::error::Error for Failed {}
-
 /// One finding or alert condition that fails the gate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {

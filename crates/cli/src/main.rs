@@ -269,6 +269,12 @@ struct LoadArgs {
     spans: u64,
 }
 
+/// A check found what it looks for (`analyze --fail-on`, `check-budget`): `stormglass`
+/// exits 1, apart from errors (2). The text says what failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct CheckFailed(pub String);
+
 /// The span files `analyze` and `whatif` read, and how they print.
 #[derive(clap::Args)]
 struct SpanFiles {
@@ -345,7 +351,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The gate's own answer, apart from errors: exit 1 as `diff` and `grep` do.
-        Err(e) if e.is::<gate::Failed>() || e.is::<budget::Violated>() => {
+        Err(e) if e.is::<CheckFailed>() => {
             eprintln!("stormglass: {e:#}");
             ExitCode::from(1)
         }

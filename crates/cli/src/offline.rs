@@ -8,9 +8,10 @@ use stormglass_analytics::files::{self, Columns, LoadSummary};
 use stormglass_analytics::report::{Report, WindowBounds};
 use stormglass_analytics::{Engine, SessionContext, alerts, engine, offline};
 
+use crate::CheckFailed;
 use crate::budget;
 use crate::config::Config;
-use crate::gate::{FailOn, Failed};
+use crate::gate::FailOn;
 use crate::table;
 
 /// Output format of `analyze` and `query`.
@@ -68,7 +69,11 @@ pub async fn analyze(
         eprintln!("stormglass: fails the gate: {failure}");
     }
     if !failures.is_empty() {
-        return Err(Failed(failures.len()).into());
+        return Err(CheckFailed(format!(
+            "--fail-on: {} finding(s) or alert(s) hold",
+            failures.len()
+        ))
+        .into());
     }
     Ok(())
 }
@@ -82,8 +87,7 @@ pub async fn whatif(
     format: Format,
 ) -> anyhow::Result<()> {
     let report = report(config, paths).await?;
-    let known = |s: &str| report.layers.iter().any(|l| l.service == s);
-    if let Some((unknown, _)) = failures.iter().find(|(s, _)| !known(s)) {
+    if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, failures) {
         let services: Vec<&str> = report.layers.iter().map(|l| l.service.as_str()).collect();
         bail!(
             "--fail {unknown}: no such service in the traces; they have {}",
@@ -124,18 +128,14 @@ pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> 
         found.len() - errors
     );
     if errors > 0 {
-        return Err(budget::Violated(errors).into());
+        return Err(CheckFailed(format!("check-budget: {errors} error-level violation(s)")).into());
     }
     Ok(())
 }
 
 /// `stormglass check-budget --emit FILE...`: a budget file from the files' traffic.
 pub async fn emit_budget(config: &Config, paths: &[PathBuf]) -> anyhow::Result<()> {
-    let engine = Engine::new(config.params());
-    let ctx = engine
-        .query_context(load(config, paths, Columns::All)?)
-        .await
-        .context("analysis failed")?;
+    let ctx = traffic(config, paths).await?;
     let observed = observed_edges(&ctx).await?;
     let calls: Vec<budget::CallRow> = sql_rows(
         &ctx,
@@ -154,11 +154,7 @@ async fn observed(
     paths: &[PathBuf],
     declared: &budget::Declared,
 ) -> anyhow::Result<Vec<budget::Observed>> {
-    let engine = Engine::new(config.params());
-    let ctx = engine
-        .query_context(load(config, paths, Columns::All)?)
-        .await
-        .context("analysis failed")?;
+    let ctx = traffic(config, paths).await?;
     let mut observed = observed_edges(&ctx).await?;
     #[derive(serde::Deserialize)]
     struct Served {
@@ -191,6 +187,14 @@ async fn observed(
             .and_then(|s| Some((s.n?, s.longer.unwrap_or(0.0))));
     }
     Ok(observed)
+}
+
+/// One analysis of the files' spans, every table queryable.
+async fn traffic(config: &Config, paths: &[PathBuf]) -> anyhow::Result<SessionContext> {
+    Engine::new(config.params())
+        .query_context(load(config, paths, Columns::All)?)
+        .await
+        .context("analysis failed")
 }
 
 /// The traffic's (caller, callee) pairs, operations merged: most attempts per call, the

@@ -205,65 +205,35 @@ impl FigureMetrics {
         }
         for r in counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
-            add(Counter::UnsafeRetries, edge.clone(), r.unsafe_retries);
-            add(
-                Counter::TimeoutRetriesOnWrites,
-                edge.clone(),
-                r.timeout_retries_on_writes,
-            );
-            add(Counter::ImmediateRetries, edge.clone(), r.immediate_retries);
-            add(Counter::BudgetedAttempts, edge.clone(), r.budgeted_attempts);
-            add(
-                Counter::DeadlineSeconds,
-                edge.clone(),
-                r.deadline_ms_total / 1e3,
-            );
-            add(Counter::RetriedCalls, edge.clone(), r.retried_calls);
-            add(
-                Counter::RetriedFailedCalls,
-                edge.clone(),
-                r.retried_failed_calls,
-            );
-            add(
-                Counter::TimedOutServedAttempts,
-                edge.clone(),
-                r.timed_out_served_attempts,
-            );
-            add(
-                Counter::TimedOutServerOkAttempts,
-                edge.clone(),
-                r.timed_out_server_ok_attempts,
-            );
-            add(
-                Counter::NonRetryableRetries,
-                edge.clone(),
-                r.non_retryable_retries,
-            );
-            add(Counter::ServedAttempts, edge.clone(), r.served_attempts);
-            add(
-                Counter::UnbudgetedServedAttempts,
-                edge.clone(),
-                r.unbudgeted_served_attempts,
-            );
-            add(
-                Counter::ServedBudgetedAttempts,
-                edge.clone(),
-                r.served_budgeted_attempts,
-            );
-            add(
-                Counter::TimeoutKilledAttempts,
-                edge.clone(),
-                r.timeout_killed_attempts,
-            );
-            add(Counter::HiddenAttempts, edge.clone(), r.hidden_attempts);
-            add(Counter::InferredAttempts, edge.clone(), r.inferred_attempts);
-            add(Counter::HedgedAttempts, edge.clone(), r.hedged_attempts);
-            add(Counter::InstanceRetries, edge.clone(), r.instance_retries);
-            add(
-                Counter::OtherInstanceRetries,
-                edge.clone(),
-                r.other_instance_retries,
-            );
+            for (family, v) in [
+                (Counter::UnsafeRetries, r.unsafe_retries),
+                (Counter::TimeoutRetriesOnWrites, r.timeout_retries_on_writes),
+                (Counter::ImmediateRetries, r.immediate_retries),
+                (Counter::BudgetedAttempts, r.budgeted_attempts),
+                (Counter::DeadlineSeconds, r.deadline_ms_total / 1e3),
+                (Counter::RetriedCalls, r.retried_calls),
+                (Counter::RetriedFailedCalls, r.retried_failed_calls),
+                (Counter::TimedOutServedAttempts, r.timed_out_served_attempts),
+                (
+                    Counter::TimedOutServerOkAttempts,
+                    r.timed_out_server_ok_attempts,
+                ),
+                (Counter::NonRetryableRetries, r.non_retryable_retries),
+                (Counter::ServedAttempts, r.served_attempts),
+                (
+                    Counter::UnbudgetedServedAttempts,
+                    r.unbudgeted_served_attempts,
+                ),
+                (Counter::ServedBudgetedAttempts, r.served_budgeted_attempts),
+                (Counter::TimeoutKilledAttempts, r.timeout_killed_attempts),
+                (Counter::HiddenAttempts, r.hidden_attempts),
+                (Counter::InferredAttempts, r.inferred_attempts),
+                (Counter::HedgedAttempts, r.hedged_attempts),
+                (Counter::InstanceRetries, r.instance_retries),
+                (Counter::OtherInstanceRetries, r.other_instance_retries),
+            ] {
+                add(family, edge.clone(), v);
+            }
             add(Counter::OrphanWork, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
