@@ -31,16 +31,19 @@
 --                           recommended_timeout_ms: a slightly slower day starts cutting calls
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   non_retryable_retries (retries after a `client_error`: the same request meets it again),
+--   retries_after_deadline (retries started with the caller's budget already spent),
 --   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
 --   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
 --   hidden_attempts, inferred_attempts, hedged_attempts: attempts found without a number
 --                           of their own (see attempts): sums of the partials
 --   retries_to_other_instance  retries that reached another instance than the attempt
 --                           before / retries where both instances are known
+--   callee_median_ms, out_of_budget_retries: retries that started with less of the caller's
+--                           budget left than the callee's median on the edge (retry_budgets)
 -- Ratios with an empty denominator are null.
 --
 -- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_latency, layers, clock_skew,
---   params.
+--   retry_budgets, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
 --   retry_success_rate, retried_calls, retried_failed_share, retry_ratio,
@@ -49,7 +52,7 @@
 --   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
 --   timeout_without_margin, attempts_without_deadline, timeout_too_long, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
---   non_retryable_retries,
+--   non_retryable_retries, retries_after_deadline, callee_median_ms, out_of_budget_retries,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   retries_to_other_instance
 WITH e AS (
@@ -71,6 +74,7 @@ WITH e AS (
     SUM(timeout_retries_on_writes) AS timeout_retries_on_writes,
     SUM(immediate_retries) AS immediate_retries, SUM(orphan_pairs) AS orphan_pairs,
     SUM(non_retryable_retries) AS non_retryable_retries,
+    SUM(retries_after_deadline) AS retries_after_deadline,
     SUM(orphan_work_ms) AS orphan_work_ms, SUM(deadline_inversions) AS deadline_inversions,
     SUM(hidden_attempts) AS hidden_attempts, SUM(inferred_attempts) AS inferred_attempts,
     SUM(hedged_attempts) AS hedged_attempts, SUM(instance_retries) AS instance_retries,
@@ -142,6 +146,9 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.timeout_retries_on_writes) AS BIGINT) AS timeout_retries_on_writes,
   CAST(ROUND(e.immediate_retries) AS BIGINT) AS immediate_retries,
   CAST(ROUND(e.non_retryable_retries) AS BIGINT) AS non_retryable_retries,
+  CAST(ROUND(e.retries_after_deadline) AS BIGINT) AS retries_after_deadline,
+  rb.callee_median_ms,
+  CAST(ROUND(COALESCE(rb.out_of_budget_retries, 0.0)) AS BIGINT) AS out_of_budget_retries,
   CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
   k.clock_skew_ms,
   CAST(ROUND(e.hidden_attempts) AS BIGINT) AS hidden_attempts,
@@ -156,6 +163,8 @@ LEFT JOIN layers l ON l.service = e.callee
 LEFT JOIN tail tl ON tl.service = e.callee AND tl.deadline_ms = t.timeout_ms
 LEFT JOIN latency_totals lt ON lt.service = e.callee
 LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
+LEFT JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
+  AND rb.operation = e.operation
 )
 SELECT figures.*,
   NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin,

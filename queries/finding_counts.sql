@@ -1,9 +1,11 @@
 -- finding_counts: one row per (kind, caller, callee, operation) over a window, with the
 -- severity of its kind, the count, an example trace and its detail; timeout_below_tail,
--- timeout_without_margin and timeout_too_long findings come from the edges' merged figures, clock_skew ones (operation '*', counting
--- the calls the estimate rests on) from clock_skew.
+-- timeout_without_margin and timeout_too_long findings come from the edges' merged figures,
+-- out_of_budget_retry ones from them and retry_budgets (the example: the smallest trace id
+-- among the out-of-budget retries), clock_skew ones (operation '*', counting the calls the
+-- estimate rests on) from clock_skew.
 --
--- Inputs: p_findings, edges, clock_skew.
+-- Inputs: p_findings, edges, retry_budgets, clock_skew.
 -- Output: kind, severity, caller, callee, operation, count, detail, example_trace_id
 WITH found AS (
   SELECT kind, caller, callee, operation, SUM(count) AS count,
@@ -38,6 +40,18 @@ WITH found AS (
     CAST(NULL AS VARCHAR)
   FROM edges WHERE timeout_too_long
   UNION ALL
+  SELECT 'out_of_budget_retry', e.caller, e.callee, e.operation, e.out_of_budget_retries,
+    concat(CAST(e.out_of_budget_retries AS VARCHAR), ' of ', CAST(e.retry_attempts AS VARCHAR),
+      ' retries started with less of the budget left than the callee''s median of ',
+      CAST(ROUND(e.callee_median_ms) AS BIGINT), ' ms (',
+      CAST(e.retries_after_deadline AS VARCHAR), ' after the deadline): stop retrying when ',
+      'the retry cannot fit'),
+    rb.example_trace_id
+  FROM edges e
+  JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
+    AND rb.operation = e.operation
+  WHERE e.out_of_budget_retries > 0
+  UNION ALL
   SELECT 'clock_skew', caller, callee, '*', pairs,
     concat('the clock of ', callee, ' reads ', CAST(ROUND(clock_skew_ms, 1) AS VARCHAR),
       ' ms ahead of the clock of ', caller, ' (corrected before orphan and deadline checks)'),
@@ -50,6 +64,7 @@ SELECT kind,
             WHEN 'overcommit' THEN 'warning'
             WHEN 'timeout_retry_on_write' THEN 'warning'
             WHEN 'non_retryable_retry' THEN 'warning'
+            WHEN 'out_of_budget_retry' THEN 'warning'
             WHEN 'timeout_below_tail' THEN 'warning'
             WHEN 'clock_skew' THEN 'warning'
             ELSE 'info' END AS severity,

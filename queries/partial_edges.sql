@@ -8,6 +8,8 @@
 -- counters summed over instances (the configured timeout, exactly, when the edge has one).
 -- non_retryable_retries: retries (hedges aside) after an attempt that ended `client_error`
 -- (a 4xx but 408 and 429, a gRPC status the same request meets again, a non-zero err_code).
+-- retries_after_deadline: retries (hedges aside) started when the caller's remaining budget
+-- (see partial_budgets) was already spent: they cannot be answered in time.
 -- retried_calls, retried_failed_calls: logical calls with more than one attempt, and those
 -- of them whose last attempt failed.
 -- timeout_attempts: attempts ending in `deadline` (the timeout rate's numerator).
@@ -50,7 +52,7 @@
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, instance_retries, other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, non_retryable_retries,
---   orphan_pairs,
+--   retries_after_deadline, orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
   SELECT edge,
@@ -115,7 +117,10 @@ at AS (
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
       AND a.backoff_ms < p.min_backoff_ms), 0.0) AS immediate_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
-      AND a.prev_outcome = 'client_error'), 0.0) AS non_retryable_retries
+      AND a.prev_outcome = 'client_error'), 0.0) AS non_retryable_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
+      AND a.anchor_deadline_ms - (a.start_ns - a.anchor_start_ns) / 1e6 <= 0), 0.0)
+      AS retries_after_deadline
   FROM params p CROSS JOIN attempts a
   GROUP BY a.edge
 ),
@@ -141,7 +146,7 @@ SELECT n.caller, n.callee, n.operation,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
   at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
-  at.non_retryable_retries,
+  at.non_retryable_retries, at.retries_after_deadline,
   COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
   COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions

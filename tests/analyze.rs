@@ -699,7 +699,8 @@ fn sampled_traces_count_by_their_adjusted_count() {
 /// Exactness, live and offline alike: a deadline on a gRPC call span is the call's budget
 /// (900 ms under an 800 ms handler: an inversion; two of 500 ms: an overcommit); two calls
 /// overlapping by half a millisecond are still sequential (another overcommit); a 201 ms
-/// timeout is below a 203 ms P99.9 although both share a 2% bucket.
+/// timeout is below a 203 ms P99.9 although both share a 2% bucket; retries that cannot fit
+/// the budget left are counted over the window's median, not each interval's.
 #[test]
 fn exactness_agrees_live_and_offline() {
     let mut s = Spans::default();
@@ -707,6 +708,7 @@ fn exactness_agrees_live_and_offline() {
     fixtures::grpc_call_budgets(&mut s, 2, "front", &[900]);
     fixtures::tick_overlap(&mut s, 3, "web");
     fixtures::tail_timeout(&mut s, 10..1010, "shop");
+    fixtures::out_of_budget(&mut s, 2000);
     let report = offline_and_live("exactness", &s);
     let count = |kind: &str, caller: &str| -> u64 {
         report["findings"]
@@ -723,6 +725,10 @@ fn exactness_agrees_live_and_offline() {
     let inv = edge(&report, "shop", "inv");
     assert_eq!(inv["timeout_ms"], 201.0);
     assert_eq!(inv["timeout_below_tail"], true);
+    let stock = edge(&report, "shop", "stock");
+    assert_eq!(stock["out_of_budget_retries"], 3);
+    assert_eq!(stock["retries_after_deadline"], 1);
+    assert_eq!(count("out_of_budget_retry", "shop"), 3);
 }
 
 /// The deploy gate: `--fail-on` exits 1 naming what holds at or above a level or by name,

@@ -7,7 +7,11 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
 
+use std::collections::BTreeMap;
+
 use crate::engine::Partials;
+use crate::histogram;
+use crate::report::Report;
 
 /// Column `name` of `batch` cast to `to`; a column the query's header promises.
 fn column(batch: &RecordBatch, name: &str, to: &DataType) -> arrow::array::ArrayRef {
@@ -134,7 +138,7 @@ counts! {
     EdgeCount from "partial_edges" {
         labels: caller, callee, operation;
         counts: unsafe_retries, timeout_retries_on_writes, immediate_retries,
-            non_retryable_retries,
+            non_retryable_retries, retries_after_deadline,
             retried_calls, retried_failed_calls, timed_out_served_attempts,
             timed_out_server_ok_attempts, served_attempts, unbudgeted_served_attempts,
             budgeted_attempts, deadline_ms_total, served_budgeted_attempts,
@@ -175,6 +179,41 @@ counts! {
         indexes: le;
         counts: n, seconds
     }
+    /// Per edge and log bucket ([`crate::histogram::bucket`]): the retries whose remaining
+    /// budget falls in it.
+    RetryBudgetBuckets from "partial_retry_budgets" {
+        labels: caller, callee, operation;
+        indexes: bucket;
+        counts: retries
+    }
+}
+
+/// The retries of `rows` that started with less budget left than their edge's
+/// `callee_median_ms` in `report`, per edge: retry_budgets.sql's rule (the remaining
+/// budget's bucket lies below the median's), for one interval's rows against a window's
+/// median. Edges without a median count none.
+pub fn out_of_budget(
+    rows: &[RetryBudgetBuckets],
+    report: &Report,
+) -> BTreeMap<(String, String, String), f64> {
+    let medians: BTreeMap<(&str, &str, &str), i64> = report
+        .edges
+        .iter()
+        .filter_map(|e| {
+            let median = e.callee_median_ms?;
+            let edge = (e.caller.as_str(), e.callee.as_str(), e.operation.as_str());
+            Some((edge, i64::from(histogram::bucket(median))))
+        })
+        .collect();
+    let mut counted = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.retries > 0.0) {
+        let edge = (r.caller.as_str(), r.callee.as_str(), r.operation.as_str());
+        if medians.get(&edge).is_some_and(|median| r.bucket < *median) {
+            let key = (r.caller.clone(), r.callee.clone(), r.operation.clone());
+            *counted.entry(key).or_default() += r.retries;
+        }
+    }
+    counted
 }
 
 /// Everything one interval adds to the counters and histograms.
@@ -191,6 +230,7 @@ pub struct IntervalCounts {
     pub latency: Vec<LatencyBuckets>,
     pub entry_latency: Vec<EntryLatencyBuckets>,
     pub budgets: Vec<BudgetBuckets>,
+    pub retry_budgets: Vec<RetryBudgetBuckets>,
 }
 
 impl Partials {
@@ -208,6 +248,7 @@ impl Partials {
             latency: LatencyBuckets::read(self),
             entry_latency: EntryLatencyBuckets::read(self),
             budgets: BudgetBuckets::read(self),
+            retry_budgets: RetryBudgetBuckets::read(self),
         }
     }
 }

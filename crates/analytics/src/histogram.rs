@@ -315,6 +315,15 @@ mod tests {
         }
     }
 
+    /// A bucket's value falls in that bucket: a quantile read back (retry_budgets.sql
+    /// compares buckets with `sg_bucket` of a median) names the bucket it came from.
+    #[test]
+    fn a_bucket_value_is_in_its_bucket() {
+        for b in bucket(MIN_MS)..=bucket(3_600_000.0) {
+            assert_eq!(bucket(bucket_ms(b)), b, "{b}");
+        }
+    }
+
     /// The Prometheus bounds run 1 ms .. 60 s, increasing, each within 1.25x the previous.
     #[test]
     fn le_bounds_cover_one_ms_to_sixty_s() {

@@ -58,12 +58,14 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_clock_skew"),
     query!("partial_tail"),
     query!("partial_budgets"),
+    query!("partial_retry_budgets"),
 ];
 
 /// Window figures, in dependency order.
 pub const REPORT: &[Query] = &[
     query!("layers"),
     query!("clock_skew"),
+    query!("retry_budgets"),
     query!("edges"),
     query!("edge_causes"),
     query!("entry_operations"),

@@ -101,6 +101,17 @@ pub struct EdgeFigures {
     /// Retries after an attempt that ended `client_error`: the same request meets it again.
     #[serde(default)]
     pub non_retryable_retries: u64,
+    /// Retries (hedges aside) started with the caller's budget already spent.
+    #[serde(default)]
+    pub retries_after_deadline: u64,
+    /// The median of the callee's durations on this edge (ms, within 2%): its SERVER spans',
+    /// else the attempts' as the caller saw them.
+    #[serde(default)]
+    pub callee_median_ms: Option<f64>,
+    /// Retries that started with less of the caller's budget left than `callee_median_ms`
+    /// (`retries_after_deadline` among them): retries that cannot fit.
+    #[serde(default)]
+    pub out_of_budget_retries: u64,
     pub deadline_inversions: u64,
     /// How far the callee's clock reads ahead of the caller's (ms), estimated from their
     /// answered calls; null when no call was answered.
@@ -198,6 +209,7 @@ pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("overcommit", "warning"),
     ("timeout_retry_on_write", "warning"),
     ("non_retryable_retry", "warning"),
+    ("out_of_budget_retry", "warning"),
     ("timeout_below_tail", "warning"),
     ("clock_skew", "warning"),
     ("not_propagated", "info"),

@@ -60,6 +60,20 @@ fn findings(r: &Report, kind: &str) -> u64 {
         .sum()
 }
 
+/// The callees and values alert `name` fires for on `r`, whatever the traffic (a fixture's
+/// window is too short for the minimum-traffic guard).
+fn fired_on_callees(r: &Report, name: &str) -> Vec<(String, f64)> {
+    let t = AlertThresholds {
+        min_events_per_minute: 0.0,
+        ..AlertThresholds::default()
+    };
+    stormglass_analytics::alerts::evaluate(r, &t)
+        .into_iter()
+        .filter(|a| a.name == name)
+        .map(|a| (a.labels["callee"].clone(), a.value))
+        .collect()
+}
+
 /// Within the histogram's 2% relative error of `expected`.
 fn near(actual: Option<f64>, expected: f64) -> bool {
     actual.is_some_and(|a| ((a - expected) / expected).abs() <= 0.02)
@@ -727,6 +741,7 @@ fn every_fixture() -> Spans {
     fixtures::healthy(&mut s, 50);
     fixtures::slow_tail(&mut s, 1000);
     fixtures::hidden(&mut s, 60);
+    fixtures::out_of_budget(&mut s, 2100);
     s
 }
 
@@ -1073,18 +1088,42 @@ async fn retries_after_client_errors() {
             .filter(|f| f.kind == "non_retryable_retry")
             .all(|f| f.severity == "warning" && f.example_trace_id.is_some())
     );
-    let t = AlertThresholds {
-        min_events_per_minute: 0.0,
-        ..AlertThresholds::default()
-    };
-    let fired: Vec<_> = stormglass_analytics::alerts::evaluate(&r, &t)
-        .into_iter()
-        .filter(|a| a.name == "StormglassNonRetryableRetries")
-        .map(|a| (a.labels["callee"].clone(), a.value))
+    assert_eq!(
+        fired_on_callees(&r, "StormglassNonRetryableRetries"),
+        [("accounts".to_owned(), 1.0), ("users".to_owned(), 2.0)]
+    );
+}
+
+/// Retries that cannot fit the budget left: of shop's 4 retries to stock (median 100 ms),
+/// one with 35 ms left, one after the deadline and one re-send without numbers with 60 ms
+/// left count; one with 115 ms left does not. A warning finding with the example trace of
+/// the first, and the alert (3 of 4 retries above the 0.1 share) fires.
+#[tokio::test]
+async fn retries_that_cannot_fit() {
+    let mut s = Spans::default();
+    fixtures::out_of_budget(&mut s, 1);
+    let r = report(&s).await;
+
+    let stock = edge(&r, "shop", "stock");
+    assert_eq!(stock.retry_attempts, 4);
+    assert_eq!(
+        (stock.out_of_budget_retries, stock.retries_after_deadline),
+        (3, 1)
+    );
+    assert!(near(stock.callee_median_ms, 100.0), "{stock:?}");
+    let found: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == "out_of_budget_retry")
+        .map(|f| (f.severity.as_str(), f.count, f.example_trace_id.as_deref()))
         .collect();
     assert_eq!(
-        fired,
-        [("accounts".to_owned(), 1.0), ("users".to_owned(), 2.0)]
+        found,
+        [("warning", 3, Some("5a5a5a5a5a5a5a5a5a5a5a5a00000008"))]
+    );
+    assert_eq!(
+        fired_on_callees(&r, "StormglassRetriesOutOfBudget"),
+        [("stock".to_owned(), 0.75)]
     );
 }
 

@@ -190,3 +190,10 @@ async fn golden_timeouts() {
 async fn golden_client_errors() {
     check("client_errors", fixtures::client_errors).await;
 }
+
+/// Golden tables of retries that cannot fit the budget left: one with too little left, one
+/// after the deadline, one re-send without numbers, and one that fits.
+#[tokio::test]
+async fn golden_out_of_budget() {
+    check("out_of_budget", fixtures::out_of_budget).await;
+}

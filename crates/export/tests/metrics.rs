@@ -97,6 +97,7 @@ fn all_fixtures() -> Spans {
     fixtures::healthy(&mut s, 50);
     fixtures::hidden(&mut s, 60);
     fixtures::timeouts(&mut s, 100);
+    fixtures::out_of_budget(&mut s, 200);
     s
 }
 
@@ -175,6 +176,14 @@ async fn exposition_matches_the_report() {
             (
                 "stormglass_non_retryable_retries_total",
                 e.non_retryable_retries,
+            ),
+            (
+                "stormglass_retries_after_deadline_total",
+                e.retries_after_deadline,
+            ),
+            (
+                "stormglass_out_of_budget_retries_total",
+                e.out_of_budget_retries,
             ),
             ("stormglass_orphan_pairs_total", e.orphan_pairs),
             ("stormglass_hidden_attempts_total", e.hidden_attempts),

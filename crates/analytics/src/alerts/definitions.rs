@@ -383,6 +383,39 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         },
     },
     AlertDefinition {
+        name: "StormglassRetriesOutOfBudget",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{caller} -> {callee} {operation}: {percent} of retries cannot fit the budget left",
+        description: "{percent} of {caller}'s retries of {operation} on {callee} started with \
+            less of the caller's budget left than {callee}'s median duration on this call \
+            (threshold {threshold}), some after the deadline had passed: they fail or are \
+            abandoned, adding load for nothing. Check the remaining budget before retrying.",
+        threshold: |t| t.out_of_budget_retry_share,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:edge_out_of_budget_retries:ratio_rate5m > {}",
+                    t.out_of_budget_retry_share
+                ),
+                "stormglass:edge_retry_attempts:rate5m",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| {
+                    let retries = e.retry_attempts as f64;
+                    (retries > 0.0).then(|| e.out_of_budget_retries as f64 / retries)
+                },
+                |e| e.retry_attempts as f64,
+                |v| v > t.out_of_budget_retry_share,
+            )
+        },
+    },
+    AlertDefinition {
         name: "StormglassOrphanWork",
         severity: "warning",
         hold: Duration::from_secs(5 * 60),

@@ -53,6 +53,9 @@ pub struct AlertThresholds {
     /// `StormglassRetriedCallsFailing`: the share of retried logical calls whose last
     /// attempt still failed.
     pub retried_failed_share: f64,
+    /// `StormglassRetriesOutOfBudget`: the share of an edge's retries that started with less
+    /// of the caller's budget left than the callee's median duration.
+    pub out_of_budget_retry_share: f64,
     pub retries_per_minute: f64,
     pub tail_ratio: f64,
     pub orphan_work_seconds_per_minute: f64,
@@ -160,6 +163,7 @@ impl Default for AlertThresholds {
             retry_ratio: 0.10,
             retry_success_rate: 0.70,
             retried_failed_share: 0.5,
+            out_of_budget_retry_share: 0.1,
             retries_per_minute: 50.0,
             tail_ratio: 2.0,
             orphan_work_seconds_per_minute: 1.0,
@@ -423,6 +427,13 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             ratio(
                 format!("sum by ({EDGE}) (rate(stormglass_unbudgeted_served_attempts_total[5m]))"),
                 &format!("sum by ({EDGE}) (rate(stormglass_served_attempts_total[5m]))"),
+            ),
+        ),
+        (
+            "stormglass:edge_out_of_budget_retries:ratio_rate5m",
+            ratio(
+                format!("sum by ({EDGE}) (rate(stormglass_out_of_budget_retries_total[5m]))"),
+                "stormglass:edge_retry_attempts:rate5m",
             ),
         ),
         (

@@ -170,6 +170,16 @@ families! {
             "Retries after an attempt that ended client_error (a 4xx but 408 and 429, a gRPC status the same request meets again, a non-zero err_code): they cannot succeed.",
             EDGE,
         ),
+        RetriesAfterDeadline => spec(
+            "stormglass_retries_after_deadline_total",
+            "Retries started with the caller's budget already spent: they cannot be answered in time.",
+            EDGE,
+        ),
+        OutOfBudgetRetries => spec(
+            "stormglass_out_of_budget_retries_total",
+            "Retries started with less of the caller's budget left than the callee's median duration on the edge (within 2%; those after the deadline among them): retries that cannot fit. Each interval's retries are set against the window's median when the interval is analysed.",
+            EDGE,
+        ),
         ServedAttempts => spec(
             "stormglass_served_attempts_total",
             "Attempts whose callee sent a SERVER span.",

@@ -165,7 +165,7 @@ impl FigureMetrics {
         }
     }
 
-    pub fn add_interval(&self, partials: &Partials) {
+    pub fn add_interval(&self, partials: &Partials, report: &Report) {
         let mut state = self.lock();
         let state = &mut *state;
         Self::apply_deferred(state);
@@ -219,6 +219,7 @@ impl FigureMetrics {
                     r.timed_out_server_ok_attempts,
                 ),
                 (Counter::NonRetryableRetries, r.non_retryable_retries),
+                (Counter::RetriesAfterDeadline, r.retries_after_deadline),
                 (Counter::ServedAttempts, r.served_attempts),
                 (
                     Counter::UnbudgetedServedAttempts,
@@ -234,6 +235,7 @@ impl FigureMetrics {
             ] {
                 add(family, edge.clone(), v);
             }
+            add(Counter::OutOfBudgetRetries, edge.clone(), 0.0);
             add(Counter::OrphanWork, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
@@ -247,6 +249,15 @@ impl FigureMetrics {
                     0.0,
                 );
             }
+        }
+        let out_of_budget =
+            stormglass_analytics::counts::out_of_budget(&counts.retry_budgets, report);
+        for ((caller, callee, operation), v) in out_of_budget {
+            add(
+                Counter::OutOfBudgetRetries,
+                vec![caller, callee, operation],
+                v,
+            );
         }
         for r in counts.orphans {
             let edge = vec![r.caller, r.callee, r.operation];
@@ -494,7 +505,7 @@ impl FigureMetrics {
 
 impl IntervalObserver for FigureMetrics {
     fn interval(&self, partials: &Partials, report: &Arc<Report>, _now: SystemTime) {
-        self.add_interval(partials);
+        self.add_interval(partials, report);
         self.set_window(report);
     }
 
