@@ -48,10 +48,11 @@
 -- Output: trace_id, span_id, parent_span_id, calling_span_id, logical_call_id, caller,
 --   callee, operation,
 --   attempt, cause, prev_outcome, outcome, start_ns, end_ns, duration_ms, deadline_ms, own_deadline_ms,
---   idempotent, has_idempotency_key, is_write, non_idempotent, backoff_ms, baseline,
+--   idempotent, has_idempotency_key, idempotency_key_hash, unstable_key, is_write,
+--   non_idempotent, backoff_ms, baseline,
 --   anchor_deadline_ms, anchor_start_ns, upstream_attempt_span_id, root_span_id,
 --   server_span_id, server_service, server_start_ns, server_end_ns, server_outcome, server_pending,
---   server_ctx_cancelled, server_deadline_ms, is_first_attempt, is_last_attempt, outer_attempt,
+--   server_ctx_cancelled, server_deadline_ms, server_idempotency_hit, is_first_attempt, is_last_attempt, outer_attempt,
 --   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
 --   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
 --   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
@@ -76,6 +77,12 @@
 -- unknown or on first attempts).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
 -- fit in (null otherwise).
+-- idempotency_key_hash: the keyed hash of the attempt's idempotency key, else its call
+-- span's (the key's value is kept nowhere). unstable_key: a retry (attempt >= 1, a hedge
+-- included) whose key differs from its logical call's first attempt's, one of them
+-- carrying none included: the callee cannot tell it repeats the first, so it is also an
+-- unsafe retry. server_idempotency_hit: the callee's SERVER span says it answered from its
+-- idempotency store.
 WITH tries AS (
   SELECT s.trace_id, s.span_id, s.parent_span_id,
     COALESCE(s.call_parent_span_id, s.parent_span_id) AS calling_span_id,
@@ -86,11 +93,13 @@ WITH tries AS (
     s.deadline_ms AS own_deadline_ms,
     COALESCE(s.idempotent, s.call_idempotent) AS idempotent,
     s.has_idempotency_key OR COALESCE(s.call_has_idempotency_key, false) AS has_idempotency_key,
+    COALESCE(s.idempotency_key_hash, s.call_idempotency_key_hash) AS idempotency_key_hash,
+    COALESCE(s.logical_first_key_hash, s.call_idempotency_key_hash) AS first_key_hash,
     s.is_write OR COALESCE(s.call_is_write, false) AS is_write,
     s.upstream_retry, s.anchor_deadline_ms, s.anchor_start_ns, s.upstream_attempt_span_id,
     s.root_span_id,
     s.server_span_id, s.server_service, s.server_start_ns, s.server_end_ns, s.server_outcome,
-    s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms,
+    s.server_pending, s.server_ctx_cancelled, s.server_deadline_ms, s.server_idempotency_hit,
     s.logical_call_id, s.is_first_attempt, s.is_last_attempt, s.prev_outcome, s.prev_end_ns,
     s.callee,
     s.call_attempt AS outer_attempt,
@@ -112,14 +121,17 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   END AS cause,
   o.prev_outcome,
   o.outcome, o.start_ns, o.end_ns, (o.end_ns - o.start_ns) / 1e6 AS duration_ms,
-  o.deadline_ms, o.own_deadline_ms, o.idempotent, o.has_idempotency_key, o.is_write,
+  o.deadline_ms, o.own_deadline_ms, o.idempotent, o.has_idempotency_key,
+  o.idempotency_key_hash,
+  o.attempt >= 1 AND o.idempotency_key_hash IS DISTINCT FROM o.first_key_hash AS unstable_key,
+  o.is_write,
   COALESCE(NOT o.idempotent, o.is_write) AS non_idempotent,
   (o.start_ns - o.prev_end_ns) / 1e6 AS backoff_ms,
   o.attempt = 0 AND NOT o.upstream_retry AS baseline,
   o.anchor_deadline_ms, o.anchor_start_ns, o.upstream_attempt_span_id, o.root_span_id,
   o.server_span_id, o.server_service, o.server_start_ns, o.server_end_ns, o.server_outcome,
   o.server_pending,
-  o.server_ctx_cancelled, o.server_deadline_ms,
+  o.server_ctx_cancelled, o.server_deadline_ms, o.server_idempotency_hit,
   o.is_first_attempt, o.is_last_attempt, o.outer_attempt,
   o.call_deadline_ms, o.call_anchor_deadline_ms, o.call_anchor_start_ns, o.weight,
   o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row, o.edge,

@@ -32,6 +32,9 @@
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   non_retryable_retries (retries after a `client_error`: the same request meets it again),
 --   retries_after_deadline (retries started with the caller's budget already spent),
+--   unstable_key_retries (retries whose idempotency key is not their first attempt's: in
+--   unsafe_retries too), idempotency_hits (attempts the callee answered from its idempotency
+--   store),
 --   deadline_inversions, max_attempt, max_outer_attempt: sums (max) of the partials.
 --   clock_skew_ms           how far the callee's clock reads ahead of the caller's (clock_skew)
 --   hidden_attempts, inferred_attempts, hedged_attempts: attempts found without a number
@@ -53,6 +56,7 @@
 --   timeout_without_margin, attempts_without_deadline, timeout_too_long, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   non_retryable_retries, retries_after_deadline, callee_median_ms, out_of_budget_retries,
+--   unstable_key_retries, idempotency_hits,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   retries_to_other_instance
 WITH e AS (
@@ -75,6 +79,7 @@ WITH e AS (
     SUM(immediate_retries) AS immediate_retries, SUM(orphan_pairs) AS orphan_pairs,
     SUM(non_retryable_retries) AS non_retryable_retries,
     SUM(retries_after_deadline) AS retries_after_deadline,
+    SUM(unstable_key_retries) AS unstable_key_retries, SUM(idempotency_hits) AS idempotency_hits,
     SUM(orphan_work_ms) AS orphan_work_ms, SUM(deadline_inversions) AS deadline_inversions,
     SUM(hidden_attempts) AS hidden_attempts, SUM(inferred_attempts) AS inferred_attempts,
     SUM(hedged_attempts) AS hedged_attempts, SUM(instance_retries) AS instance_retries,
@@ -149,6 +154,8 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.retries_after_deadline) AS BIGINT) AS retries_after_deadline,
   rb.callee_median_ms,
   CAST(ROUND(COALESCE(rb.out_of_budget_retries, 0.0)) AS BIGINT) AS out_of_budget_retries,
+  CAST(ROUND(e.unstable_key_retries) AS BIGINT) AS unstable_key_retries,
+  CAST(ROUND(e.idempotency_hits) AS BIGINT) AS idempotency_hits,
   CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
   k.clock_skew_ms,
   CAST(ROUND(e.hidden_attempts) AS BIGINT) AS hidden_attempts,

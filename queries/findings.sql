@@ -14,7 +14,9 @@
 --                         whose budget crosses it;
 --   not_propagated        a SERVER span without a deadline whose calling attempt had one;
 --   unsafe_retry          a retry (attempt >= 1, a hedge included: it duplicates the write
---                         as well) of a non-idempotent operation without an idempotency key;
+--                         as well) of a non-idempotent operation without an idempotency key,
+--                         or any retry whose idempotency key is not its first attempt's
+--                         (attempts.unstable_key);
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
@@ -189,11 +191,15 @@ FROM attempts a
 WHERE a.server_span_id IS NOT NULL AND a.server_deadline_ms IS NULL AND a.deadline_ms IS NOT NULL
 UNION ALL
 SELECT 'unsafe_retry', a.trace_id, a.caller, a.callee, a.operation,
-  concat('retry #', CAST(a.attempt AS VARCHAR), ' of a non-idempotent call without an idempotency key'),
+  CASE WHEN a.unstable_key
+    THEN concat('retry #', CAST(a.attempt AS VARCHAR),
+      ' did not send the first attempt''s idempotency key: the callee cannot tell it is a repeat')
+    ELSE concat('retry #', CAST(a.attempt AS VARCHAR),
+      ' of a non-idempotent call without an idempotency key') END,
   a.weight, a.edge
 FROM attempts a
 -- (retries, a few percent of the attempts, last: see entries)
-WHERE a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1
+WHERE (a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1) OR a.unstable_key
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),

@@ -8,6 +8,9 @@
 -- counters summed over instances (the configured timeout, exactly, when the edge has one).
 -- non_retryable_retries: retries (hedges aside) after an attempt that ended `client_error`
 -- (a 4xx but 408 and 429, a gRPC status the same request meets again, a non-zero err_code).
+-- unstable_key_retries: retries (a hedge included) whose idempotency key differs from their
+-- logical call's first attempt's (attempts.unstable_key); they are unsafe_retries too.
+-- idempotency_hits: attempts whose callee's SERVER span answered from its idempotency store.
 -- retries_after_deadline: retries (hedges aside) started when the caller's remaining budget
 -- (see partial_budgets) was already spent: they cannot be answered in time.
 -- retried_calls, retried_failed_calls: logical calls with more than one attempt, and those
@@ -24,7 +27,9 @@
 -- Instrumentation coverage (what the spans say themselves; see coverage): numbered_attempts
 -- (an attempt number of their own), caused_retries (retries with a cause attribute),
 -- write_attempts (writes, or attempts that say whether they are idempotent),
--- declared_writes (those with an idempotent flag or an idempotency key), served_attempts
+-- declared_writes (those with an idempotent flag or an idempotency key), key_writes (writes
+-- by method or an `idempotent=false` flag) and keyed_writes (those carrying a key: a flag
+-- alone is none), served_attempts
 -- (attempts whose callee sent a SERVER span).
 -- How attempts were found: hidden_attempts (read from SERVER spans without a number:
 -- re-sends below a CLIENT span, uninstrumented callers), inferred_attempts (application
@@ -52,7 +57,8 @@
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, instance_retries, other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, non_retryable_retries,
---   retries_after_deadline, orphan_pairs,
+--   retries_after_deadline, unstable_key_retries, idempotency_hits, key_writes, keyed_writes,
+--   orphan_pairs,
 --   orphan_work_ms, deadline_inversions
 WITH lc AS (
   SELECT edge,
@@ -110,8 +116,13 @@ at AS (
       AS instance_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance AND NOT a.hedged), 0.0)
       AS other_instance_retries,
-    COALESCE(SUM(a.weight) FILTER (WHERE a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1), 0.0)
-      AS unsafe_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE (a.non_idempotent AND NOT a.has_idempotency_key
+      AND a.attempt >= 1) OR a.unstable_key), 0.0) AS unsafe_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.unstable_key), 0.0) AS unstable_key_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.server_idempotency_hit), 0.0) AS idempotency_hits,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.is_write OR NOT a.idempotent), 0.0) AS key_writes,
+    COALESCE(SUM(a.weight) FILTER (WHERE (a.is_write OR NOT a.idempotent)
+      AND a.has_idempotency_key), 0.0) AS keyed_writes,
     COALESCE(SUM(a.weight) FILTER (WHERE a.non_idempotent AND a.cause = 'deadline' AND a.attempt >= 1), 0.0)
       AS timeout_retries_on_writes,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
@@ -146,7 +157,8 @@ SELECT n.caller, n.callee, n.operation,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
   at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
-  at.non_retryable_retries, at.retries_after_deadline,
+  at.non_retryable_retries, at.retries_after_deadline, at.unstable_key_retries,
+  at.idempotency_hits, at.key_writes, at.keyed_writes,
   COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
   COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
   COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions

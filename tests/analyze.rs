@@ -700,7 +700,8 @@ fn sampled_traces_count_by_their_adjusted_count() {
 /// (900 ms under an 800 ms handler: an inversion; two of 500 ms: an overcommit); two calls
 /// overlapping by half a millisecond are still sequential (another overcommit); a 201 ms
 /// timeout is below a 203 ms P99.9 although both share a 2% bucket; retries that cannot fit
-/// the budget left are counted over the window's median, not each interval's.
+/// the budget left are counted over the window's median, not each interval's; idempotency
+/// keys compare within a logical call, live (each span hashed as it arrives) as offline.
 #[test]
 fn exactness_agrees_live_and_offline() {
     let mut s = Spans::default();
@@ -709,6 +710,7 @@ fn exactness_agrees_live_and_offline() {
     fixtures::tick_overlap(&mut s, 3, "web");
     fixtures::tail_timeout(&mut s, 10..1010, "shop");
     fixtures::out_of_budget(&mut s, 2000);
+    fixtures::idempotency_keys(&mut s, 2100);
     let report = offline_and_live("exactness", &s);
     let count = |kind: &str, caller: &str| -> u64 {
         report["findings"]
@@ -729,6 +731,9 @@ fn exactness_agrees_live_and_offline() {
     assert_eq!(stock["out_of_budget_retries"], 3);
     assert_eq!(stock["retries_after_deadline"], 1);
     assert_eq!(count("out_of_budget_retry", "shop"), 3);
+    let pay = edge(&report, "app", "pay");
+    assert_eq!(pay["unstable_key_retries"], 3);
+    assert_eq!(pay["idempotency_hits"], 2);
 }
 
 /// The deploy gate: `--fail-on` exits 1 naming what holds at or above a level or by name,

@@ -3,7 +3,8 @@
 //! urllib3's Retry below `requests`, grpcio's retryPolicy, a tenacity loop, and gRPC from a
 //! client that forwards the context but records no span), sent over OTLP/HTTP to
 //! `stormglass serve`, give the true figures live, and the same offline from the server's
-//! Parquet archive.
+//! Parquet archive; so do their idempotency keys, captured as headers
+//! (tests/python/idempotency_keys.py), whose values stormglass keeps nowhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -66,15 +67,15 @@ fn assert_truth(report: &Value) {
     }
 }
 
-/// The report once every stack's calls are analysed.
-fn complete_report(server: &Server) -> Value {
+/// The report once every edge in `edges` (callee, operation) has at least `attempts`.
+fn report_with(server: &Server, edges: &[(&str, &str)], attempts: u64) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = get(&format!("http://{}/api/v1/report", server.api));
         let report: Value = serde_json::from_str(&body).unwrap();
-        let done = STACKS.iter().all(|(callee, operation, ..)| {
+        let done = edges.iter().all(|(callee, operation)| {
             edge(&report, callee, operation)
-                .is_some_and(|e| e["attempts"].as_u64() >= Some(2 * CALLS))
+                .is_some_and(|e| e["attempts"].as_u64() >= Some(attempts))
         });
         if done {
             return report;
@@ -84,11 +85,10 @@ fn complete_report(server: &Server) -> Value {
     }
 }
 
-/// The four stacks through OTLP into `serve`: exact figures live, and the same from its
-/// archive with `stormglass analyze`.
-#[test]
-fn unnumbered_retries_of_real_libraries_count() {
-    let dir = common::temp_dir("unnumbered-retries");
+/// `serve` archiving into a fresh directory `name`, and tests/python/`name`.py run against
+/// it with `count`: the server, the archive directory and what the script printed.
+fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>) {
+    let dir = common::temp_dir(name);
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
@@ -96,14 +96,22 @@ fn unnumbered_retries_of_real_libraries_count() {
         ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
         ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
     ]);
-    let script =
-        std::fs::read_to_string(common::repo_root().join("tests/python/unnumbered_retries.py"))
-            .unwrap();
+    let script = common::repo_root().join(format!("tests/python/{name}.py"));
+    let script = std::fs::read_to_string(script).unwrap();
     let endpoint = format!("http://{}/v1/traces", server.http);
-    let out = common::python(&script, &[&endpoint, &CALLS.to_string()]);
+    let out = common::python(&script, &[&endpoint, &count.to_string()]);
+    (server, dir, out)
+}
+
+/// The four stacks through OTLP into `serve`: exact figures live, and the same from its
+/// archive with `stormglass analyze`.
+#[test]
+fn unnumbered_retries_of_real_libraries_count() {
+    let (server, dir, out) = serve_and_run("unnumbered_retries", CALLS);
     assert_eq!(String::from_utf8_lossy(&out).trim(), "sent");
 
-    let live = complete_report(&server);
+    let stacks: Vec<_> = STACKS.iter().map(|(c, o, ..)| (*c, *o)).collect();
+    let live = report_with(&server, &stacks, 2 * CALLS);
     assert_truth(&live);
     let (ok, _) = server.terminate();
     assert!(ok);
@@ -118,5 +126,90 @@ fn unnumbered_retries_of_real_libraries_count() {
             edge(&offline, callee, operation),
             "{callee} {operation}"
         );
+    }
+}
+
+/// Payments per stack of tests/python/idempotency_keys.py: each first try answers 503.
+const PAYMENTS: u64 = 20;
+
+/// The truth of both stacks: urllib3 re-sends the same key (a hit on every retry, nothing
+/// unsafe); the loop makes a new key per try (every retry unstable, so unsafe, never a
+/// hit); every write carries a key.
+fn assert_payments(report: &Value) {
+    for (callee, unstable, hits) in [("pay-stable", 0, PAYMENTS), ("pay-fresh", PAYMENTS, 0)] {
+        let e = edge(report, callee, "POST").unwrap_or_else(|| panic!("no edge to {callee}"));
+        let at = format!("{callee}: {e:#}");
+        assert_eq!(e["logical_calls"], PAYMENTS, "{at}");
+        assert_eq!(e["retry_attempts"], PAYMENTS, "{at}");
+        assert_eq!(e["unstable_key_retries"], unstable, "{at}");
+        assert_eq!(e["unsafe_retries"], unstable, "{at}");
+        assert_eq!(e["idempotency_hits"], hits, "{at}");
+        let coverage = report["coverage"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["caller"] == "shop" && c["callee"] == callee)
+            .unwrap();
+        assert_eq!(coverage["idempotency_key"], 1.0, "{coverage:#}");
+    }
+}
+
+/// Idempotency keys as OpenTelemetry Python captures them (`http.request.header.
+/// idempotency_key`, dashes made underscores), live and from the archive: a re-sent key is
+/// stable and its replay a hit, a key made per try is unstable; no key's value reaches the
+/// report, the metrics or the archive, which keeps its keyed hash.
+#[test]
+fn idempotency_keys_of_real_libraries() {
+    let (server, dir, out) = serve_and_run("idempotency_keys", PAYMENTS);
+    let keys: Vec<String> = serde_json::from_slice(&out).unwrap();
+    assert_eq!(keys.len() as u64, PAYMENTS + 2 * PAYMENTS);
+
+    let stacks = [("pay-stable", "POST"), ("pay-fresh", "POST")];
+    let live = report_with(&server, &stacks, 2 * PAYMENTS);
+    assert_payments(&live);
+    let (_, metrics) = get(&format!("http://{}/metrics", server.api));
+    let (ok, _) = server.terminate();
+    assert!(ok);
+
+    let (ok, offline, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    assert_payments(&serde_json::from_str(&offline).unwrap());
+    let (ok, archived, stderr) = stormglass(&[
+        "query",
+        "SELECT * FROM spans",
+        "--from",
+        dir.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let (ok, hashed, stderr) = stormglass(&[
+        "query",
+        "SELECT COUNT(*) AS n FROM spans WHERE idempotency_key_hash IS NOT NULL",
+        "--from",
+        dir.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    // Every CLIENT and SERVER span of a payment carries its key: a re-sent payment's CLIENT
+    // span and its 2 SERVER spans, a looped one's 2 CLIENT and 2 SERVER spans.
+    let hashed: Value = serde_json::from_str(&hashed).unwrap();
+    assert_eq!(hashed[0]["n"], 3 * PAYMENTS + 4 * PAYMENTS, "{hashed}");
+    assert!(
+        archived.contains("http.url"),
+        "the archive keeps the other attributes: {archived}"
+    );
+    for key in &keys {
+        for (what, text) in [
+            ("report", &offline),
+            ("metrics", &metrics),
+            ("archive", &archived),
+        ] {
+            assert!(
+                !text.contains(key.as_str()),
+                "the key {key} is in the {what}"
+            );
+        }
     }
 }

@@ -138,7 +138,8 @@ counts! {
     EdgeCount from "partial_edges" {
         labels: caller, callee, operation;
         counts: unsafe_retries, timeout_retries_on_writes, immediate_retries,
-            non_retryable_retries, retries_after_deadline,
+            non_retryable_retries, retries_after_deadline, unstable_key_retries,
+            idempotency_hits,
             retried_calls, retried_failed_calls, timed_out_served_attempts,
             timed_out_server_ok_attempts, served_attempts, unbudgeted_served_attempts,
             budgeted_attempts, deadline_ms_total, served_budgeted_attempts,

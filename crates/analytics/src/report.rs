@@ -112,6 +112,14 @@ pub struct EdgeFigures {
     /// (`retries_after_deadline` among them): retries that cannot fit.
     #[serde(default)]
     pub out_of_budget_retries: u64,
+    /// Retries whose idempotency key is not their first attempt's (one of them carrying
+    /// none included): the callee cannot tell they repeat it. In `unsafe_retries` too.
+    #[serde(default)]
+    pub unstable_key_retries: u64,
+    /// Attempts whose callee's SERVER span says it answered from its idempotency store
+    /// (`idempotency.hit=true`, `idempotency.state=replayed`).
+    #[serde(default)]
+    pub idempotency_hits: u64,
     pub deadline_inversions: u64,
     /// How far the callee's clock reads ahead of the caller's (ms), estimated from their
     /// answered calls; null when no call was answered.
@@ -240,6 +248,10 @@ pub struct CoverageShares {
     pub cause: Option<f64>,
     pub deadline: Option<f64>,
     pub idempotency: Option<f64>,
+    /// Of the writes (by method, or flagged `idempotent=false`), the share carrying an
+    /// idempotency key: a flag alone counts as none.
+    #[serde(default)]
+    pub idempotency_key: Option<f64>,
     pub server_spans: Option<f64>,
     /// How attempts were found, besides their own numbers (`attempt_number`): read from
     /// SERVER spans without a number, and inferred from sibling CLIENT spans.
@@ -251,12 +263,13 @@ pub struct CoverageShares {
 
 impl CoverageShares {
     /// The shares by name, as the gauges and tables label them.
-    pub fn named(&self) -> [(&'static str, Option<f64>); 7] {
+    pub fn named(&self) -> [(&'static str, Option<f64>); 8] {
         [
             ("attempt_number", self.attempt_number),
             ("cause", self.cause),
             ("deadline", self.deadline),
             ("idempotency", self.idempotency),
+            ("idempotency_key", self.idempotency_key),
             ("server_spans", self.server_spans),
             ("from_server_spans", self.from_server_spans),
             ("inferred", self.inferred),

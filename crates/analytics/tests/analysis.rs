@@ -742,6 +742,7 @@ fn every_fixture() -> Spans {
     fixtures::slow_tail(&mut s, 1000);
     fixtures::hidden(&mut s, 60);
     fixtures::out_of_budget(&mut s, 2100);
+    fixtures::idempotency_keys(&mut s, 2200);
     s
 }
 
@@ -1124,6 +1125,36 @@ async fn retries_that_cannot_fit() {
     assert_eq!(
         fired_on_callees(&r, "StormglassRetriesOutOfBudget"),
         [("stock".to_owned(), 0.75)]
+    );
+}
+
+/// Idempotency keys: of app's 5 retries to pay, the 3 whose key is not their first
+/// attempt's (another key, none, another captured header) are unstable and unsafe (a
+/// critical finding, the alert), the 2 the callee answered from its store are hits, and 9 of
+/// the 11 writes carry a key (the flag alone does not count: 10 of 11 declare themselves).
+#[tokio::test]
+async fn idempotency_keys_kept_changed_and_replayed() {
+    let mut s = Spans::default();
+    fixtures::idempotency_keys(&mut s, 1);
+    let r = report(&s).await;
+
+    let pay = edge(&r, "app", "pay");
+    assert_eq!(pay.retry_attempts, 5);
+    assert_eq!(
+        (
+            pay.unstable_key_retries,
+            pay.unsafe_retries,
+            pay.idempotency_hits
+        ),
+        (3, 3, 2)
+    );
+    assert_eq!(findings(&r, "unsafe_retry"), 3);
+    let coverage = &r.coverage.edges[0].shares;
+    assert!(near(coverage.idempotency_key, 9.0 / 11.0), "{coverage:?}");
+    assert!(near(coverage.idempotency, 10.0 / 11.0), "{coverage:?}");
+    assert_eq!(
+        fired_on_callees(&r, "StormglassUnsafeRetries"),
+        [("pay".to_owned(), 3.0)]
     );
 }
 

@@ -27,7 +27,9 @@ use stormglass_model::{Conventions, encode_request};
 async fn check(name: &str, build: fn(&mut Spans, u32)) {
     let mut spans = Spans::default();
     build(&mut spans, 1);
-    let (batch, _) = encode_request(&Conventions::default(), &spans.request());
+    // A fixed secret: the idempotency key hashes read the same on every run.
+    let conventions = Conventions::default().with_key_secret([0x5a; 16]);
+    let (batch, _) = encode_request(&conventions, &spans.request());
     let ctx = Engine::default().query_context(batch).await.unwrap();
 
     let mut tables: Vec<String> = vec![LINEAGE.to_owned(), ATTEMPT_LINEAGE.to_owned()];
@@ -196,4 +198,10 @@ async fn golden_client_errors() {
 #[tokio::test]
 async fn golden_out_of_budget() {
     check("out_of_budget", fixtures::out_of_budget).await;
+}
+
+/// Golden tables of idempotency keys: kept, changed on a retry, dropped, replayed.
+#[tokio::test]
+async fn golden_idempotency_keys() {
+    check("idempotency_keys", fixtures::idempotency_keys).await;
 }

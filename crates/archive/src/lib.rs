@@ -104,6 +104,43 @@ impl ArchiveConfig {
     }
 }
 
+/// The file in the archive directory holding the idempotency key hash's secret.
+pub const KEY_SECRET_FILE: &str = "idempotency-key.secret";
+
+/// The secret idempotency keys are hashed with ([`stormglass_model::Conventions::with_key_secret`]),
+/// kept in `dir` so the spans of one trace archived before a restart and received after it
+/// hash their keys alike: read from [`KEY_SECRET_FILE`], or made (random, readable by the
+/// owner alone) when there is none.
+pub fn key_secret(dir: &Path) -> std::io::Result<[u8; 16]> {
+    let path = dir.join(KEY_SECRET_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{}: not 16 bytes; delete it to make a new one",
+                    path.display()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            let secret: [u8; 16] = rand::random();
+            let temporary = dir.join(format!("{KEY_SECRET_FILE}.tmp"));
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options.open(&temporary)?;
+            std::io::Write::write_all(&mut file, &secret)?;
+            file.sync_all()?;
+            std::fs::rename(&temporary, &path)?;
+            Ok(secret)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// One closed archive file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArchivedFile {

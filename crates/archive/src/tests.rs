@@ -305,3 +305,25 @@ pub(crate) fn write_file(path: &Path, batch: &RecordBatch) {
     writer.write(batch).expect("writes");
     writer.close().expect("closes");
 }
+
+/// The key secret is made once, owner-readable only, and read back the same after a
+/// restart; a file that is not a secret is an error, not silently replaced.
+#[test]
+fn key_secret_survives_a_restart() {
+    let dir = temp_dir("key-secret");
+    let made = key_secret(&dir).expect("made");
+    assert_eq!(key_secret(&dir).expect("read"), made);
+    let path = dir.join(KEY_SECRET_FILE);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path)
+            .expect("exists")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    std::fs::write(&path, b"short").expect("writes");
+    let err = key_secret(&dir).expect_err("not 16 bytes");
+    assert!(err.to_string().contains("not 16 bytes"), "{err}");
+}

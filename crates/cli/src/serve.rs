@@ -119,7 +119,15 @@ impl Collector {
             }
             None => None,
         };
-        let conventions = Arc::new(config.conventions());
+        let conventions = match &config.archive.dir {
+            Some(dir) => config.conventions().with_key_secret(
+                stormglass_archive::key_secret(dir).with_context(|| {
+                    format!("archive.dir {}: the idempotency key secret", dir.display())
+                })?,
+            ),
+            None => config.conventions(),
+        };
+        let conventions = Arc::new(conventions);
         let pipeline = match &archive {
             // Whole spans for the archive; assembly keeps only what the analysis reads.
             Some(archive) => Pipeline::new(

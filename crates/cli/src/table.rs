@@ -79,7 +79,10 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                 number(e.callee_p999_ms, 0),
                 number(e.recommended_timeout_ms, 0),
                 percent(e.timeout_kill_share),
-                e.unsafe_retries.to_string(),
+                format!(
+                    "{} / {} / {}",
+                    e.unsafe_retries, e.unstable_key_retries, e.idempotency_hits
+                ),
                 format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
                 format!(
                     "{} / {} / {}",
@@ -109,7 +112,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "callee p99.9",
             "recommended",
             "cut off",
-            "unsafe",
+            "unsafe / unstable key / key hits",
             "orphans / work",
             "hidden / inferred / hedged",
         ],
@@ -203,6 +206,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "cause",
             "deadline",
             "idempotency",
+            "idempotency key",
             "server spans",
             "from server spans",
             "inferred",

@@ -98,6 +98,7 @@ fn all_fixtures() -> Spans {
     fixtures::hidden(&mut s, 60);
     fixtures::timeouts(&mut s, 100);
     fixtures::out_of_budget(&mut s, 200);
+    fixtures::idempotency_keys(&mut s, 300);
     s
 }
 
@@ -185,6 +186,11 @@ async fn exposition_matches_the_report() {
                 "stormglass_out_of_budget_retries_total",
                 e.out_of_budget_retries,
             ),
+            (
+                "stormglass_unstable_key_retries_total",
+                e.unstable_key_retries,
+            ),
+            ("stormglass_idempotency_hits_total", e.idempotency_hits),
             ("stormglass_orphan_pairs_total", e.orphan_pairs),
             ("stormglass_hidden_attempts_total", e.hidden_attempts),
             ("stormglass_inferred_attempts_total", e.inferred_attempts),

@@ -27,6 +27,8 @@ pub enum Concept {
     Deadline,
     AbsoluteDeadline,
     IdempotencyKey,
+    /// The callee answered from its idempotency store (a replay of a request it had done).
+    IdempotencyHit,
     Idempotent,
     HttpMethod,
     DbOperation,
@@ -49,7 +51,7 @@ pub enum Concept {
 
 impl Concept {
     /// Number of concepts, for per-concept arrays.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
 
     /// Every concept, in discriminant order (so `Concept::ALL[c as usize] == c`).
     pub const ALL: [Concept; Concept::COUNT] = [
@@ -59,6 +61,7 @@ impl Concept {
         Concept::Deadline,
         Concept::AbsoluteDeadline,
         Concept::IdempotencyKey,
+        Concept::IdempotencyHit,
         Concept::Idempotent,
         Concept::HttpMethod,
         Concept::DbOperation,
@@ -86,6 +89,7 @@ impl Concept {
             Concept::Deadline => "deadline",
             Concept::AbsoluteDeadline => "absolute_deadline",
             Concept::IdempotencyKey => "idempotency_key",
+            Concept::IdempotencyHit => "idempotency_hit",
             Concept::Idempotent => "idempotent",
             Concept::HttpMethod => "http_method",
             Concept::DbOperation => "db_operation",
@@ -116,6 +120,7 @@ impl Concept {
                 | Concept::Deadline
                 | Concept::AbsoluteDeadline
                 | Concept::IdempotencyKey
+                | Concept::IdempotencyHit
                 | Concept::Idempotent
                 | Concept::CtxCancelled
                 | Concept::State
@@ -166,8 +171,12 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
             "idempotency_key",
             "idempotency.key",
             "http.request.header.idempotency-key",
+            // OpenTelemetry Python's captured headers: dashes become underscores.
+            "http.request.header.idempotency_key",
+            "rpc.grpc.request.metadata.idempotency-key",
         ],
     ),
+    (Concept::IdempotencyHit, &["idempotency.hit"]),
     (Concept::Idempotent, &["idempotent"]),
     (Concept::HttpMethod, &["http.request.method", "http.method"]),
     (Concept::DbOperation, &["db.operation.name", "db.operation"]),
@@ -217,6 +226,19 @@ pub struct Conventions {
     by_name: HashMap<Box<[u8]>, Roles, KeyedHash>,
     /// Per service: 1 / its sampling ratio.
     sampling_weights: HashMap<String, f64>,
+    /// The key of [`Conventions::idempotency_key_hash`]: random unless set
+    /// ([`Conventions::with_key_secret`]).
+    key_secret: Secret,
+}
+
+/// A hash key, never shown (`Debug` reads `Secret(..)`).
+#[derive(Clone)]
+struct Secret([u8; 16]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl Default for Conventions {
@@ -246,7 +268,25 @@ impl Conventions {
         Conventions {
             by_name,
             sampling_weights: HashMap::new(),
+            key_secret: Secret(rand::random()),
         }
+    }
+
+    /// Hash idempotency keys with `secret`: spans encoded by two processes with the same
+    /// secret (a restart restoring its archive) compare their keys.
+    pub fn with_key_secret(mut self, secret: [u8; 16]) -> Self {
+        self.key_secret = Secret(secret);
+        self
+    }
+
+    /// What stormglass keeps of an idempotency key's value: a keyed hash (SipHash-2-4 under
+    /// a secret key), equal for equal keys and, without the secret, no way back to the
+    /// value, not even by trying likely ones.
+    pub fn idempotency_key_hash(&self, key: &[u8]) -> i64 {
+        use std::hash::Hasher;
+        let mut hasher = siphasher::sip::SipHasher24::new_with_key(&self.key_secret.0);
+        hasher.write(key);
+        hasher.finish() as i64
     }
 
     /// Spans of these services, when their tracestate carries no threshold, each stand for

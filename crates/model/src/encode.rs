@@ -129,6 +129,8 @@ pub struct SpanBatchBuilder<'c> {
     weight: Float64Builder,
     target_hash: Int64Builder,
     instance: StringBuilder,
+    idempotency_key_hash: Int64Builder,
+    idempotency_hit: BooleanBuilder,
     report: EncodeReport,
     /// Scratch: indices of attributes carried by a normalised column (reused across spans).
     consumed: Vec<usize>,
@@ -206,6 +208,8 @@ impl<'c> SpanBatchBuilder<'c> {
             weight: Float64Builder::with_capacity(rows),
             target_hash: Int64Builder::with_capacity(rows),
             instance: StringBuilder::with_capacity(rows, 0),
+            idempotency_key_hash: Int64Builder::with_capacity(rows),
+            idempotency_hit: BooleanBuilder::with_capacity(rows),
             attributes: MapBuilder::new(
                 Some(MapFieldNames {
                     entry: "entries".into(),
@@ -342,20 +346,33 @@ impl<'c> SpanBatchBuilder<'c> {
                 r.take(Concept::AbsoluteDeadline, conventions::as_budget_ms)
                     .map(|epoch_ms| (epoch_ms - start_ns as f64 / 1e6).max(0.0))
             });
-        let has_key = r
-            .take(Concept::IdempotencyKey, |v| {
-                conventions::render(v).filter(|k| !k.is_empty())
-            })
-            .is_some();
+        let conventions = self.conventions;
+        let key_hash = r.take(Concept::IdempotencyKey, |v| {
+            let key = match conventions::scalar(v)? {
+                Value::StringValue(s) => std::borrow::Cow::Borrowed(text(s)),
+                _ => std::borrow::Cow::Owned(conventions::render(v)?),
+            };
+            (!key.is_empty()).then(|| conventions.idempotency_key_hash(key.as_bytes()))
+        });
+        if key_hash.is_some() {
+            // The key's other aliases leave the attributes too: its value is kept nowhere.
+            r.consume_every(conventions, Concept::IdempotencyKey);
+        }
+        let has_key = key_hash.is_some();
         let idempotent = r.take(Concept::Idempotent, conventions::as_bool);
         let ctx_cancelled = r
             .take(Concept::CtxCancelled, conventions::as_bool)
             .unwrap_or(false);
-        let pending = r
+        let (pending, replayed) = r
             .take(Concept::State, |v| {
-                conventions::as_str(v).map(|s| s.eq_ignore_ascii_case("pending"))
+                let state = conventions::as_str(v)?;
+                let is = |name: &str| state.eq_ignore_ascii_case(name);
+                Some((is("pending"), is("replayed")))
             })
-            .unwrap_or(false);
+            .unwrap_or((false, false));
+        let hit = r
+            .take(Concept::IdempotencyHit, conventions::as_bool)
+            .or(replayed.then_some(true));
 
         let is_write = r
             .str(Concept::HttpMethod)
@@ -414,6 +431,8 @@ impl<'c> SpanBatchBuilder<'c> {
         self.retry_cause.append_option(cause);
         self.deadline_ms.append_option(deadline);
         self.has_idempotency_key.append_value(has_key);
+        self.idempotency_key_hash.append_option(key_hash);
+        self.idempotency_hit.append_option(hit);
         self.idempotent.append_option(idempotent);
         self.is_write.append_value(is_write);
         self.callee_hint.append_option(callee);
@@ -479,6 +498,8 @@ impl<'c> SpanBatchBuilder<'c> {
             Arc::new(self.weight.finish()),
             Arc::new(self.target_hash.finish()),
             Arc::new(self.instance.finish()),
+            Arc::new(self.idempotency_key_hash.finish()),
+            Arc::new(self.idempotency_hit.finish()),
         ];
         let batch = match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
             Ok(batch) => batch,
@@ -639,6 +660,20 @@ impl<'a> Reader<'a> {
 
     fn str(&self, concept: Concept) -> Option<&'a str> {
         self.get(concept).and_then(conventions::as_str)
+    }
+
+    /// Mark every attribute playing `concept` consumed, not only the one [`Reader::take`]
+    /// read.
+    fn consume_every(&mut self, conventions: &Conventions, concept: Concept) {
+        for (index, kv) in self.attrs.iter().enumerate() {
+            let plays = conventions
+                .roles(&kv.key)
+                .iter()
+                .any(|(c, _)| *c == concept);
+            if plays && !self.consumed.contains(&index) {
+                self.consumed.push(index);
+            }
+        }
     }
 
     fn take<T>(

@@ -494,3 +494,87 @@ fn fuzz_seeds_are_the_retry_fixture() {
     let (batch, report) = encode(&request);
     assert!(batch.num_rows() > 0 && report.rejected == 0);
 }
+
+/// An idempotency key is kept as a keyed hash only: equal keys (as an attribute or a
+/// captured header array, under any alias) hash alike, different keys and another secret
+/// do not, and the value leaves the attributes map under every alias it came with. An
+/// empty key is none.
+#[test]
+fn idempotency_keys_are_kept_as_a_keyed_hash_only() {
+    let secret = "pay-7f3a9c";
+    let spans = vec![
+        span(1, 1, "a", 3, 0, 1, vec![kv("idempotency_key", secret)]),
+        span(
+            1,
+            2,
+            "b",
+            3,
+            0,
+            1,
+            vec![
+                kv_strings("http.request.header.idempotency_key", &[secret]),
+                kv("idempotency.key", secret),
+            ],
+        ),
+        span(1, 3, "c", 3, 0, 1, vec![kv("idempotency_key", "other")]),
+        span(1, 4, "d", 3, 0, 1, vec![kv("idempotency_key", "")]),
+        span(1, 5, "e", 2, 0, 1, vec![kv_bool("idempotency.hit", true)]),
+        span(
+            1,
+            6,
+            "f",
+            2,
+            0,
+            1,
+            vec![kv("idempotency.state", "replayed")],
+        ),
+        span(1, 7, "g", 2, 0, 1, vec![kv("idempotency.state", "pending")]),
+    ];
+    let req = request(vec![("svc", spans)]);
+    let conventions = Conventions::default().with_key_secret([7; 16]);
+    let (batch, _) = encode_request(&conventions, &req);
+    let hashes: Vec<Option<i64>> = batch
+        .column_by_name(col::IDEMPOTENCY_KEY_HASH)
+        .unwrap()
+        .as_primitive::<Int64Type>()
+        .iter()
+        .collect();
+    assert!(hashes[0].is_some());
+    assert_eq!(hashes[0], hashes[1], "the same key under other aliases");
+    assert_ne!(hashes[0], hashes[2]);
+    assert_eq!(hashes[3], None, "an empty key is none");
+    assert_eq!(
+        hashes[0],
+        Some(conventions.idempotency_key_hash(secret.as_bytes()))
+    );
+    let other = Conventions::default().with_key_secret([8; 16]);
+    assert_ne!(
+        hashes[0],
+        Some(other.idempotency_key_hash(secret.as_bytes())),
+        "keyed"
+    );
+    for row in 0..3 {
+        let keys = map_keys(&batch, row);
+        assert!(!keys.iter().any(|k| k.contains("idempotency")), "{keys:?}");
+    }
+    let text = format!("{batch:?}");
+    assert!(!text.contains(secret), "the value is kept nowhere");
+    let hits: Vec<Option<bool>> = batch
+        .column_by_name(col::IDEMPOTENCY_HIT)
+        .unwrap()
+        .as_boolean()
+        .iter()
+        .collect();
+    assert_eq!(&hits[4..], [Some(true), Some(true), None]);
+    let pending: Vec<Option<bool>> = batch
+        .column_by_name(col::PENDING)
+        .unwrap()
+        .as_boolean()
+        .iter()
+        .collect();
+    assert_eq!(&pending[4..], [Some(false), Some(false), Some(true)]);
+    assert!(
+        !format!("{conventions:?}").contains("7, 7"),
+        "the secret is not shown"
+    );
+}

@@ -81,6 +81,14 @@ pub const TARGET_HASH: &str = "target_hash";
 /// `host.name` (null without either): where each attempt landed.
 pub const INSTANCE: &str = "instance";
 
+/// A keyed hash of the span's idempotency key ([`crate::Conventions::idempotency_key_hash`]);
+/// null without one. The key's value itself is kept nowhere.
+pub const IDEMPOTENCY_KEY_HASH: &str = "idempotency_key_hash";
+/// A SERVER span answered from its idempotency store: `idempotency.hit` true, or
+/// `idempotency.state` `replayed` (false when `idempotency.hit` is false, null when the span
+/// says neither).
+pub const IDEMPOTENCY_HIT: &str = "idempotency_hit";
+
 /// Length of a trace id in bytes.
 pub const TRACE_ID_LEN: i32 = 16;
 /// Length of a span id in bytes.
@@ -131,6 +139,8 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(WEIGHT, DataType::Float64, false),
         Field::new(TARGET_HASH, DataType::Int64, true),
         Field::new(INSTANCE, DataType::Utf8, true),
+        Field::new(IDEMPOTENCY_KEY_HASH, DataType::Int64, true),
+        Field::new(IDEMPOTENCY_HIT, DataType::Boolean, true),
     ]))
 });
 
@@ -403,7 +413,9 @@ mod tests {
     #[test]
     fn lean_keeps_what_the_analysis_reads() {
         use stormglass_testkit::otlp::retry_fixture;
-        let (batch, _) = crate::encode_request(&crate::Conventions::default(), &retry_fixture());
+        // One secret for both encodings: the fixture's idempotency keys hash alike.
+        let conventions = crate::Conventions::default();
+        let (batch, _) = crate::encode_request(&conventions, &retry_fixture());
         let thin = lean(&batch);
         assert_eq!(thin.schema(), *SPANS_SCHEMA);
         for (field, (a, b)) in SPANS_SCHEMA
@@ -421,8 +433,7 @@ mod tests {
         assert_eq!(maps.null_count(), 0);
         assert!(thin.get_array_memory_size() < batch.get_array_memory_size());
         // The lean encoder writes that form directly.
-        let (direct, report) =
-            crate::encode_request_lean(&crate::Conventions::default(), &retry_fixture());
+        let (direct, report) = crate::encode_request_lean(&conventions, &retry_fixture());
         assert_eq!(report.accepted, batch.num_rows() as u64);
         for (field, (a, b)) in SPANS_SCHEMA
             .fields()

@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-pub use stormglass_model::attribute::{kv, kv_bool, kv_int};
+pub use stormglass_model::attribute::{kv, kv_bool, kv_int, kv_strings};
 
 /// A 16-byte trace id whose last byte is `n` (never all zeroes for n > 0).
 pub fn trace_id(n: u8) -> Vec<u8> {

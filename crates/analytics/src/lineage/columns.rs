@@ -93,6 +93,8 @@ pub(super) struct WholeCall {
     end_ns: i64,
     /// The row of its last attempt.
     last: usize,
+    /// The row of its first attempt.
+    first: usize,
 }
 
 /// Every logical call's [`WholeCall`], by id (ids are dense from 1): what `logical_calls`
@@ -133,6 +135,7 @@ impl WholeCalls {
                 start_ns: started,
                 end_ns: end.value(seen),
                 last: seen,
+                first: row,
             });
             slot.attempts += 1;
             slot.max_attempt = slot.max_attempt.max(calls[row].number);
@@ -140,6 +143,9 @@ impl WholeCalls {
             slot.end_ns = slot.end_ns.max(end.value(seen));
             if calls[row].last {
                 slot.last = seen;
+            }
+            if calls[row].first {
+                slot.first = row;
             }
         }
         WholeCalls { calls: whole }
@@ -369,6 +375,10 @@ pub(super) fn build(
     columns.push(gather(
         by_name(col::OUTCOME),
         &linked(&|r| of_call(r).map(|c| c.last)),
+    ));
+    columns.push(gather(
+        by_name(col::IDEMPOTENCY_KEY_HASH),
+        &linked(&|r| of_call(r).map(|c| c.first)),
     ));
     timed("lineage: columns: attempts", started);
     let started = std::time::Instant::now();

@@ -10,17 +10,18 @@ pub const LINEAGE: &str = "lineage";
 pub const ATTEMPT_LINEAGE: &str = "lineage_attempts";
 
 /// Span columns copied from the parent call span (prefix `call_`).
-pub(super) const CALL_COLUMNS: [&str; 6] = [
+pub(super) const CALL_COLUMNS: [&str; 7] = [
     col::PARENT_SPAN_ID,
     col::ATTEMPT,
     col::DEADLINE_MS,
     col::IDEMPOTENT,
     col::HAS_IDEMPOTENCY_KEY,
     col::IS_WRITE,
+    col::IDEMPOTENCY_KEY_HASH,
 ];
 
 /// Span columns copied from the first SERVER child, and their names there.
-pub(super) const SERVER_COLUMNS: [(&str, &str); 8] = [
+pub(super) const SERVER_COLUMNS: [(&str, &str); 9] = [
     (col::SPAN_ID, "server_span_id"),
     (col::SERVICE_NAME, "server_service"),
     (col::START_NS, "server_start_ns"),
@@ -29,6 +30,7 @@ pub(super) const SERVER_COLUMNS: [(&str, &str); 8] = [
     (col::PENDING, "server_pending"),
     (col::CTX_CANCELLED, "server_ctx_cancelled"),
     (col::DEADLINE_MS, "server_deadline_ms"),
+    (col::IDEMPOTENCY_HIT, "server_idempotency_hit"),
 ];
 
 /// A field of the span schema.
@@ -106,7 +108,7 @@ pub static ANALYSED_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 /// Columns of `lineage` that `lineage_attempts` carries for each attempt: what `attempts`
 /// reads.
-pub(super) const ATTEMPT_COLUMNS: [&str; 25] = [
+pub(super) const ATTEMPT_COLUMNS: [&str; 26] = [
     col::TRACE_ID,
     col::SPAN_ID,
     col::PARENT_SPAN_ID,
@@ -120,6 +122,7 @@ pub(super) const ATTEMPT_COLUMNS: [&str; 25] = [
     col::IDEMPOTENT,
     col::HAS_IDEMPOTENCY_KEY,
     col::IS_WRITE,
+    col::IDEMPOTENCY_KEY_HASH,
     col::WEIGHT,
     "upstream_retry",
     "anchor_deadline_ms",
@@ -153,6 +156,7 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("logical_start_ns", DataType::Int64, false),
         Field::new("logical_end_ns", DataType::Int64, false),
         nullable(col::OUTCOME, "logical_final_outcome"),
+        nullable(col::IDEMPOTENCY_KEY_HASH, "logical_first_key_hash"),
         Field::new("caller", DataType::Utf8, false),
         Field::new("callee", DataType::Utf8, false),
         Field::new("edge", DataType::Int64, false),

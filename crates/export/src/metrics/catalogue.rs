@@ -170,6 +170,16 @@ families! {
             "Retries after an attempt that ended client_error (a 4xx but 408 and 429, a gRPC status the same request meets again, a non-zero err_code): they cannot succeed.",
             EDGE,
         ),
+        UnstableKeyRetries => spec(
+            "stormglass_unstable_key_retries_total",
+            "Retries whose idempotency key differs from their first attempt's (or only one carries a key): the callee cannot tell they repeat it. Counted in stormglass_unsafe_retries_total too.",
+            EDGE,
+        ),
+        IdempotencyHits => spec(
+            "stormglass_idempotency_hits_total",
+            "Attempts whose callee's SERVER span answered from its idempotency store (idempotency.hit=true or idempotency.state=replayed): repeats the key made safe.",
+            EDGE,
+        ),
         RetriesAfterDeadline => spec(
             "stormglass_retries_after_deadline_total",
             "Retries started with the caller's budget already spent: they cannot be answered in time.",

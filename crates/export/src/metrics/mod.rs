@@ -220,6 +220,8 @@ impl FigureMetrics {
                 ),
                 (Counter::NonRetryableRetries, r.non_retryable_retries),
                 (Counter::RetriesAfterDeadline, r.retries_after_deadline),
+                (Counter::UnstableKeyRetries, r.unstable_key_retries),
+                (Counter::IdempotencyHits, r.idempotency_hits),
                 (Counter::ServedAttempts, r.served_attempts),
                 (
                     Counter::UnbudgetedServedAttempts,
