@@ -160,10 +160,12 @@ impl MemoryBudget {
     /// on a thread of its own, and [`MemoryBudget::observe`] it, for as long as the budget
     /// lives. Does nothing where the resident size cannot be read.
     ///
-    /// When the footprint takes more than half the limit, `release` is called (at most once
-    /// a second) to hand the allocator's free memory back to the kernel: what it keeps after
-    /// a burst counts as resident until it does, and would keep the receivers refusing for
-    /// the allocator's own purge delay although nothing holds it.
+    /// When the receivers are refusing and the footprint takes more than half the limit,
+    /// `release` is called (at most once a second) to hand the allocator's free memory back
+    /// to the kernel: what it keeps after a burst counts as resident until it does, and
+    /// would keep the receivers refusing for the allocator's own purge delay although
+    /// nothing holds it. Not while they admit: a forced purge makes the next interval fault
+    /// its working set in again, for nothing.
     pub fn follow_footprint(&self, every: Duration, release: fn()) -> std::io::Result<()> {
         let Some(resident) = crate::memory::resident_bytes() else {
             tracing::info!(
@@ -195,7 +197,10 @@ impl MemoryBudget {
                     };
                     let Some(mut resident) = read() else { continue };
                     let footprint = resident.saturating_sub(budget.used());
-                    if footprint > budget.limit() / 2 && released.elapsed() >= RELEASE_EVERY {
+                    if footprint > budget.limit() / 2
+                        && budget.refusing()
+                        && released.elapsed() >= RELEASE_EVERY
+                    {
                         release();
                         released = Instant::now();
                         resident = read().unwrap_or(resident);
