@@ -160,12 +160,13 @@ impl MemoryBudget {
     /// on a thread of its own, and [`MemoryBudget::observe`] it, for as long as the budget
     /// lives. Does nothing where the resident size cannot be read.
     ///
-    /// When the receivers are refusing and the footprint takes more than half the limit,
-    /// `release` is called (at most once a second) to hand the allocator's free memory back
-    /// to the kernel: what it keeps after a burst counts as resident until it does, and
-    /// would keep the receivers refusing for the allocator's own purge delay although
-    /// nothing holds it. Not while they admit: a forced purge makes the next interval fault
-    /// its working set in again, for nothing.
+    /// When the footprint takes more than half the limit while the receivers refuse or
+    /// little data is held (an eighth of the limit), `release` is called (at most once a
+    /// second) to hand the allocator's free memory back to the kernel: what it keeps after
+    /// a burst counts as resident until it does, and would keep the receivers refusing for
+    /// the allocator's own purge delay although nothing holds it. Not under steady load
+    /// that is admitted: a forced purge makes the next interval fault its working set in
+    /// again, for nothing.
     pub fn follow_footprint(&self, every: Duration, release: fn()) -> std::io::Result<()> {
         let Some(resident) = crate::memory::resident_bytes() else {
             tracing::info!(
@@ -197,8 +198,9 @@ impl MemoryBudget {
                     };
                     let Some(mut resident) = read() else { continue };
                     let footprint = resident.saturating_sub(budget.used());
+                    let drained = budget.used() < budget.limit() / 8;
                     if footprint > budget.limit() / 2
-                        && budget.refusing()
+                        && (budget.refusing() || drained)
                         && released.elapsed() >= RELEASE_EVERY
                     {
                         release();
