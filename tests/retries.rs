@@ -85,8 +85,9 @@ fn report_with(server: &Server, edges: &[(&str, &str)], attempts: u64) -> Value 
     }
 }
 
-/// `serve` archiving into a fresh directory `name`, and tests/python/`name`.py run against
-/// it with `count`: the server, the archive directory and what the script printed.
+/// `serve` archiving into a fresh directory `name`, and tests/python/`name`.py (after the
+/// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
+/// archive directory and what the script printed.
 fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>) {
     let dir = common::temp_dir(name);
     let server = Server::start(&[
@@ -96,8 +97,10 @@ fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>
         ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
         ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
     ]);
-    let script = common::repo_root().join(format!("tests/python/{name}.py"));
-    let script = std::fs::read_to_string(script).unwrap();
+    let read = |file: &str| {
+        std::fs::read_to_string(common::repo_root().join("tests/python").join(file)).unwrap()
+    };
+    let script = read("otel_stack.py") + "\n" + &read(&format!("{name}.py"));
     let endpoint = format!("http://{}/v1/traces", server.http);
     let out = common::python(&script, &[&endpoint, &count.to_string()]);
     (server, dir, out)

@@ -13,7 +13,7 @@ instrumenting, as a deployment sets them).
 
 Prints the keys it sent (JSON), which stormglass must keep nowhere.
 
-Usage: python idempotency_keys.py OTLP_HTTP_ENDPOINT CALLS
+Usage: cat otel_stack.py idempotency_keys.py | python - OTLP_HTTP_ENDPOINT CALLS
 """
 
 import json
@@ -21,33 +21,19 @@ import os
 import sys
 import threading
 import uuid
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import requests
 import tenacity
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.requests import RequestsInstrumentor
-from opentelemetry.instrumentation.wsgi import OpenTelemetryMiddleware
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 os.environ["OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST"] = "Idempotency-Key"
 os.environ["OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST"] = "Idempotency-Key"
-endpoint, calls = sys.argv[1], int(sys.argv[2])
-providers = []
+# provider, http_server, flush: tests/python/otel_stack.py, put before this script.
+calls = int(sys.argv[2])
 sent = []
-
-
-def provider(service):
-    tp = TracerProvider(resource=Resource.create({"service.name": service}))
-    tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    providers.append(tp)
-    return tp
-
 
 shop = provider("shop")
 tracer = shop.get_tracer("shop")
@@ -75,18 +61,6 @@ def wsgi_app(environ, start_response):
     return [b"paid"]
 
 
-class Quiet(WSGIRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-def http_server(service):
-    app = OpenTelemetryMiddleware(wsgi_app, tracer_provider=provider(service))
-    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def new_key():
     key = str(uuid.uuid4())
     sent.append(key)
@@ -94,7 +68,7 @@ def new_key():
 
 
 # pay-stable: urllib3 re-sends the same request (and key) below the CLIENT span.
-stable = http_server("pay-stable")
+stable = http_server("pay-stable", wsgi_app)
 retrying = requests.Session()
 retrying.mount(
     "http://",
@@ -113,7 +87,7 @@ for i in range(calls):
         assert r.status_code == 201, r.status_code
 
 # pay-fresh: a loop that makes a new key for every try.
-fresh = http_server("pay-fresh")
+fresh = http_server("pay-fresh", wsgi_app)
 plain = requests.Session()
 
 
@@ -130,7 +104,5 @@ for i in range(calls):
     with tracer.start_as_current_span("POST /checkout", kind=trace.SpanKind.SERVER):
         pay(i)
 
-for tp in providers:
-    tp.force_flush()
-    tp.shutdown()
+flush()
 print(json.dumps(sent))

@@ -13,20 +13,18 @@ succeed at once, odd ones fail twice (503 / UNAVAILABLE) and succeed on the thir
   no span (as a mesh sidecar without tracing), to `stock-grpc`'s `Peek`: the SERVER spans
   hang under shop's SERVER span.
 
-Usage: python unnumbered_retries.py OTLP_HTTP_ENDPOINT CALLS
+Usage: cat otel_stack.py unnumbered_retries.py | python - OTLP_HTTP_ENDPOINT CALLS
 """
 
 import json
 import sys
 import threading
 from concurrent import futures
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import grpc
 import requests
 import tenacity
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.grpc import (
     GrpcInstrumentorClient,
     GrpcInstrumentorServer,
@@ -34,23 +32,11 @@ from opentelemetry.instrumentation.grpc import (
 )
 from opentelemetry.instrumentation.grpc.grpcext import intercept_channel
 from opentelemetry.instrumentation.requests import RequestsInstrumentor
-from opentelemetry.instrumentation.wsgi import OpenTelemetryMiddleware
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-endpoint, calls = sys.argv[1], int(sys.argv[2])
-providers = []
-
-
-def provider(service):
-    tp = TracerProvider(resource=Resource.create({"service.name": service}))
-    tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    providers.append(tp)
-    return tp
-
+# provider, http_server, flush: tests/python/otel_stack.py, put before this script.
+calls = int(sys.argv[2])
 
 shop = provider("shop")
 tracer = shop.get_tracer("shop")
@@ -77,20 +63,8 @@ def wsgi_app(environ, start_response):
     return [b"ok"]
 
 
-class Quiet(WSGIRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-def http_server(service):
-    app = OpenTelemetryMiddleware(wsgi_app, tracer_provider=provider(service))
-    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 # http: urllib3 re-sends below the CLIENT span.
-stock_http = http_server("stock-http")
+stock_http = http_server("stock-http", wsgi_app)
 retrying = requests.Session()
 retrying.mount(
     "http://",
@@ -102,7 +76,7 @@ for i in range(calls):
         assert r.status_code == 200, r.status_code
 
 # loop: tenacity around a call that does not retry.
-stock_loop = http_server("stock-loop")
+stock_loop = http_server("stock-loop", wsgi_app)
 plain = requests.Session()
 
 
@@ -175,7 +149,5 @@ for i in range(calls):
         assert peek(str(i).encode(), timeout=5) == b"ok"
 server.stop(0)
 
-for tp in providers:
-    tp.force_flush()
-    tp.shutdown()
+flush()
 print("sent")
