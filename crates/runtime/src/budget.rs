@@ -36,6 +36,13 @@ const REFUSING_FOR: Duration = Duration::from_secs(1);
 /// The least time between two calls of [`MemoryBudget::follow_footprint`]'s `release`.
 const RELEASE_EVERY: Duration = Duration::from_secs(1);
 
+/// Whether to hand the allocator's free memory back (see
+/// [`MemoryBudget::follow_footprint`]): the footprint takes more than half the limit while
+/// the receivers refuse or little data is held (an eighth of the limit).
+fn worth_releasing(footprint: usize, used: usize, limit: usize, refusing: bool) -> bool {
+    footprint > limit / 2 && (refusing || used < limit / 8)
+}
+
 /// The memory budget shared by every stage. Cheap to clone.
 #[derive(Clone)]
 pub struct MemoryBudget {
@@ -198,9 +205,7 @@ impl MemoryBudget {
                     };
                     let Some(mut resident) = read() else { continue };
                     let footprint = resident.saturating_sub(budget.used());
-                    let drained = budget.used() < budget.limit() / 8;
-                    if footprint > budget.limit() / 2
-                        && (budget.refusing() || drained)
+                    if worth_releasing(footprint, budget.used(), budget.limit(), budget.refusing())
                         && released.elapsed() >= RELEASE_EVERY
                     {
                         release();
@@ -354,6 +359,27 @@ mod tests {
 
     /// The process's own footprint (resident beyond what is reserved) comes off the data
     /// budget, and the admission share follows it both ways, down to its floor.
+    /// Free memory goes back after a burst (refusing, or drained), never under steady load
+    /// that is admitted, where a purge only makes the next interval fault its memory in.
+    #[test]
+    fn release_after_a_burst_not_under_steady_load() {
+        const MIB: usize = 1 << 20;
+        let limit = 256 * MIB;
+        assert!(
+            worth_releasing(200 * MIB, 100 * MIB, limit, true),
+            "refusing"
+        );
+        assert!(worth_releasing(200 * MIB, 0, limit, false), "drained");
+        assert!(
+            !worth_releasing(200 * MIB, 100 * MIB, limit, false),
+            "steady"
+        );
+        assert!(
+            !worth_releasing(100 * MIB, 0, limit, true),
+            "small footprint"
+        );
+    }
+
     #[test]
     fn the_footprint_comes_off_the_data_budget() {
         let registry = Registry::new();
