@@ -12,12 +12,17 @@
 --   timeout_ms              the configured timeout: the most common exact attempt budget when
 --                           it covers at least half of the budgeted attempts; otherwise
 --                           (budgets that shrink hop by hop) their median, log-bucketed (<= 2%)
---   timeout_below_tail      timeout_ms < the callee layer's p999, exactly: fewer than
---                           ceil(0.999 N) of the callee's N layer durations are at or below
---                           the timeout (p_tail), when the timeout is one of the candidate
---                           values counted over every duration of the window; otherwise
---                           (a median timeout, late durations) against the 2% P99.9
---   recommended_timeout_ms  callee p999 x advice.timeout_factor
+--   callee_p999_ms          the P99.9 of the operation the edge's timeout guards: of the
+--                           callee's SERVER spans under the edge's attempts (p_edge_latency),
+--                           else of the callee operation's layer durations
+--                           (layer_operations), else of the callee layer's (layers); 2%
+--   callee_latency_source   which of the three: `edge`, `operation`, `layer`
+--   timeout_below_tail      timeout_ms < callee_p999_ms; for `edge`, exactly: fewer than
+--                           ceil(0.999 N) of the edge's N SERVER span durations are at or
+--                           below the timeout (p_tail), when the timeout is one of the
+--                           candidate values counted over every such duration of the window;
+--                           otherwise against the 2% P99.9
+--   recommended_timeout_ms  callee_p999_ms x advice.timeout_factor
 --   timed_out_server_ok_share  of the attempts ending in `deadline` whose callee sent a SERVER
 --                           span, the share whose SERVER span ended ok (however long after):
 --                           timeouts that threw away work the callee finished
@@ -45,14 +50,14 @@
 --                           budget left than the callee's median on the edge (retry_budgets)
 -- Ratios with an empty denominator are null.
 --
--- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_latency, layers, clock_skew,
---   retry_budgets, params.
+-- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_edge_latency, layer_operations,
+--   layers, clock_skew, retry_budgets, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
 --   retry_success_rate, retried_calls, retried_failed_share, retry_ratio,
 --   timed_out_server_ok_share, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
---   callee_p999_ms, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
+--   callee_p999_ms, callee_latency_source, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
 --   timeout_without_margin, attempts_without_deadline, timeout_too_long, orphan_pairs,
 --   orphan_work_seconds, unsafe_retries, timeout_retries_on_writes, immediate_retries,
 --   non_retryable_retries, retries_after_deadline, callee_median_ms, out_of_budget_retries,
@@ -105,11 +110,13 @@ modes AS (
   WHERE r = 1
 ),
 tail AS (
-  SELECT service, deadline_ms, SUM(at_or_below) AS at_or_below, SUM(n) AS n
-  FROM p_tail GROUP BY service, deadline_ms
+  SELECT caller, callee, operation, deadline_ms, SUM(at_or_below) AS at_or_below, SUM(n) AS n
+  FROM p_tail GROUP BY caller, callee, operation, deadline_ms
 ),
-latency_totals AS (
-  SELECT service, SUM(n) AS total FROM p_latency GROUP BY service
+edge_latency AS (
+  SELECT caller, callee, operation, SUM(n) AS total,
+    sg_bucket_quantile(bucket, n, 0.999) AS p999_ms
+  FROM p_edge_latency GROUP BY caller, callee, operation
 ),
 
 timeouts AS (
@@ -137,11 +144,14 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
     AS timed_out_server_ok_share,
   e.max_attempt, e.max_outer_attempt,
   t.timeout_ms,
-  l.p999_ms AS callee_p999_ms,
-  CASE WHEN t.timeout_ms IS NULL OR l.p999_ms IS NULL THEN NULL
-       WHEN ABS(tl.n - lt.total) <= 1e-9 * lt.total THEN tl.at_or_below < CEIL(0.999 * lt.total)
-       ELSE t.timeout_ms < l.p999_ms END AS timeout_below_tail,
-  l.p999_ms * p.timeout_factor AS recommended_timeout_ms,
+  COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) AS callee_p999_ms,
+  CASE WHEN el.p999_ms IS NOT NULL THEN 'edge' WHEN op.p999_ms IS NOT NULL THEN 'operation'
+       WHEN l.p999_ms IS NOT NULL THEN 'layer' END AS callee_latency_source,
+  CASE WHEN t.timeout_ms IS NULL OR COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) IS NULL THEN NULL
+       WHEN el.p999_ms IS NOT NULL AND ABS(tl.n - el.total) <= 1e-9 * el.total
+         THEN tl.at_or_below < CEIL(0.999 * el.total)
+       ELSE t.timeout_ms < COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) END AS timeout_below_tail,
+  COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) * p.timeout_factor AS recommended_timeout_ms,
   CAST(e.timeout_killed_attempts AS DOUBLE) / NULLIF(e.served_budgeted_attempts, 0)
     AS timeout_kill_share,
   CAST(e.unbudgeted_served_attempts AS DOUBLE) / NULLIF(e.served_attempts, 0)
@@ -166,9 +176,12 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
 FROM params p
 CROSS JOIN e
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
+LEFT JOIN edge_latency el ON el.caller = e.caller AND el.callee = e.callee
+  AND el.operation = e.operation
+LEFT JOIN layer_operations op ON op.service = e.callee AND op.operation = e.operation
 LEFT JOIN layers l ON l.service = e.callee
-LEFT JOIN tail tl ON tl.service = e.callee AND tl.deadline_ms = t.timeout_ms
-LEFT JOIN latency_totals lt ON lt.service = e.callee
+LEFT JOIN tail tl ON tl.caller = e.caller AND tl.callee = e.callee
+  AND tl.operation = e.operation AND tl.deadline_ms = t.timeout_ms
 LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
 LEFT JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
   AND rb.operation = e.operation

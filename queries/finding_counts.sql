@@ -17,9 +17,12 @@ WITH found AS (
   UNION ALL
   SELECT 'timeout_below_tail', caller, callee, operation, attempts,
     concat('timeout ', CAST(ROUND(timeout_ms) AS BIGINT), ' ms is below the callee P99.9 of ',
-      CAST(ROUND(callee_p999_ms) AS BIGINT), ' ms and cuts off ',
-      CAST(ROUND(timeout_kill_share * 100, 2) AS VARCHAR), '% of its calls; recommended ',
-      CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
+      CAST(ROUND(callee_p999_ms) AS BIGINT), ' ms',
+      CASE WHEN timeout_kill_share IS NULL
+        THEN concat(' (the callee ', callee_latency_source, '''s: no SERVER span answered this edge)')
+        ELSE concat(' and cuts off ', CAST(ROUND(timeout_kill_share * 100, 2) AS VARCHAR),
+          '% of its calls') END,
+      '; recommended ', CAST(ROUND(recommended_timeout_ms) AS BIGINT), ' ms'),
     CAST(NULL AS VARCHAR)
   FROM edges WHERE timeout_below_tail
   UNION ALL

@@ -4,9 +4,9 @@
 -- them a stall would hide its own tail. Added to the interval's partial_latency.
 --
 -- Inputs: spans (late SERVER spans only).
--- Output: service, bucket, le, n, seconds
-SELECT service_name AS service, sg_bucket(duration_ns / 1e6) AS bucket,
+-- Output: service, operation, bucket, le, n, seconds
+SELECT service_name AS service, operation, sg_bucket(duration_ns / 1e6) AS bucket,
   sg_le(duration_ns / 1e9) AS le, SUM(weight) AS n, SUM(duration_ns / 1e6 * weight) / 1e3 AS seconds
 FROM spans
 WHERE kind = 'server'
-GROUP BY service_name, sg_bucket(duration_ns / 1e6), sg_le(duration_ns / 1e9)
+GROUP BY service_name, operation, sg_bucket(duration_ns / 1e6), sg_le(duration_ns / 1e9)

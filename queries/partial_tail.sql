@@ -1,22 +1,38 @@
--- partial_tail: for each callee service and candidate timeout, the (weighted) count of the
--- service's layer durations at or below the candidate, and the count of all of them (n),
--- so the report compares an edge's configured timeout with the callee's P99.9 exactly:
--- timeout < P99.9 (nearest rank) iff fewer than ceil(0.999 * N) durations are at or
--- below it. Candidates: the deadline values callers give the service most often (each
--- edge's 16 most common in this chunk, timeout_values) and, live,
--- those of the window so far (`window_timeouts`). The report uses a candidate only when
--- its n covers every duration of the window. Mergeable by SUM.
+-- partial_tail: for each edge and candidate timeout, the (weighted) count of the durations
+-- of the callee's SERVER spans under the edge's attempts (as partial_edge_latency counts
+-- them) at or below the candidate, and the count of all of them (n), so the report
+-- compares an edge's configured timeout with the P99.9 of the operation it guards exactly:
+-- timeout < P99.9 (nearest rank) iff fewer than ceil(0.999 * N) durations are at or below
+-- it. Candidates: the edge's most common deadline values (its 16 most common in this
+-- chunk, timeout_values) and, live, those of the window so far (`window_timeouts`). The
+-- report uses a candidate only when its n covers every such duration of the window.
+-- Mergeable by SUM.
 --
--- Inputs: layer_durations, timeout_values, window_timeouts.
--- Output: service, deadline_ms, at_or_below, n
-WITH candidates AS (
-  SELECT callee AS service, deadline_ms FROM timeout_values
-  UNION
-  SELECT service, deadline_ms FROM window_timeouts
+-- Inputs: attempts, edge_names, timeout_values, window_timeouts.
+-- Output: caller, callee, operation, deadline_ms, at_or_below, n
+WITH durations AS (
+  SELECT edge, (server_end_ns - server_start_ns) / 1e6 AS ms, weight
+  FROM attempts
+  WHERE server_end_ns IS NOT NULL AND NOT COALESCE(server_pending, false)
+),
+-- Named candidates joined to this chunk's edges once, so the counting joins on `edge`.
+candidates AS (
+  SELECT e.edge, c.deadline_ms
+  FROM (
+    SELECT caller, callee, operation, deadline_ms FROM timeout_values
+    UNION
+    SELECT caller, callee, operation, deadline_ms FROM window_timeouts
+  ) c
+  JOIN edge_names e ON e.caller = c.caller AND e.callee = c.callee AND e.operation = c.operation
+),
+counted AS (
+  SELECT c.edge, c.deadline_ms,
+    SUM(CASE WHEN d.ms <= c.deadline_ms THEN d.weight ELSE 0.0 END) AS at_or_below,
+    SUM(d.weight) AS n
+  FROM candidates c
+  JOIN durations d ON d.edge = c.edge
+  GROUP BY c.edge, c.deadline_ms
 )
-SELECT c.service, c.deadline_ms,
-  SUM(CASE WHEN d.ms <= c.deadline_ms THEN d.weight ELSE 0.0 END) AS at_or_below,
-  SUM(d.weight) AS n
-FROM candidates c
-JOIN layer_durations d ON d.service = c.service
-GROUP BY c.service, c.deadline_ms
+SELECT e.caller, e.callee, e.operation, c.deadline_ms, c.at_or_below, c.n
+FROM counted c
+JOIN edge_names e ON e.edge = c.edge

@@ -967,3 +967,145 @@ order = [\"inventory\", \"payment\"]
         "{stderr}"
     );
 }
+
+/// The 400-service mesh of the width tests (3,000 traces, ~4,000 edges), written to a file.
+fn wide_mesh_file(name: &str) -> (Spans, stormglass_testkit::mesh::Mesh, PathBuf) {
+    let mut spans = Spans::default();
+    let mesh = stormglass_testkit::mesh::wide_mesh(&mut spans, 400, 3000);
+    let file = dir(name).join("mesh.jsonl");
+    write_jsonl(&file, &spans, None);
+    (spans, mesh, file)
+}
+
+/// A mesh of 400 services as a user reads it: the report
+/// lists at most `report.max_findings_per_kind` findings of a kind with every kind's total,
+/// no alert has more than `alerts.max_instances_per_rule` instances (the inversions
+/// summarised per caller), and no timeout is judged against a service's slow entry
+/// operation (every service's layer tail) instead of the operation it guards.
+#[test]
+fn a_wide_mesh_stays_readable_and_judged_per_operation() {
+    let (_, mesh, file) = wide_mesh_file("wide-mesh");
+    // By default, the worst 200 edges and layers, saying how many there are.
+    let (shown, _) = analyze_json(&file);
+    assert_eq!(shown["edges"].as_array().unwrap().len(), 200);
+    assert_eq!(shown["layers"].as_array().unwrap().len(), 200);
+    let listing = &shown["listing"];
+    assert_eq!(listing["edges"], mesh.edges.len() as u64, "{listing}");
+    assert_eq!(listing["layers"], 400, "{listing}");
+    assert_eq!(listing["truncated"], true, "{listing}");
+    // Around one service: its calls in and out.
+    let (ok, around, stderr) = stormglass(&[
+        "analyze",
+        "--format",
+        "json",
+        "--service",
+        "svc-0007",
+        path(&file),
+    ]);
+    assert!(ok, "{stderr}");
+    let around: Value = serde_json::from_str(&around).unwrap();
+    let touching = mesh
+        .edges
+        .iter()
+        .filter(|(a, b)| a == "svc-0007" || b == "svc-0007")
+        .count();
+    assert_eq!(around["edges"].as_array().unwrap().len(), touching);
+    assert_eq!(around["listing"]["truncated"], false);
+
+    let (ok, all, stderr) = stormglass(&["analyze", "--format", "json", "--all", path(&file)]);
+    assert!(ok, "{stderr}");
+    let r: Value = serde_json::from_str(&all).unwrap();
+    let edges = r["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), mesh.edges.len());
+    for e in edges {
+        assert_eq!(e["callee_latency_source"], "edge", "{e}");
+        let p999 = e["callee_p999_ms"].as_f64().unwrap();
+        assert!((p999 - 20.0).abs() <= 0.4, "{e}");
+        assert_eq!(e["timeout_below_tail"], false, "{e}");
+    }
+    let layer = r["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["service"] == "svc-0001")
+        .unwrap();
+    let operations: Vec<&str> = layer["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(operations, ["/entry", "/item"], "{layer}");
+
+    let totals = r["finding_totals"].as_array().unwrap();
+    let total = |kind: &str| totals.iter().find(|t| t["kind"] == kind);
+    assert_eq!(
+        total("not_propagated").unwrap()["findings"],
+        mesh.edges.len() as u64
+    );
+    assert_eq!(
+        total("deadline_inversion").unwrap()["findings"],
+        mesh.inverted.len() as u64
+    );
+    assert!(total("timeout_below_tail").is_none(), "{totals:?}");
+    for t in totals {
+        let listed = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == t["kind"])
+            .count() as u64;
+        assert_eq!(t["listed"], listed, "{t}");
+        assert_eq!(listed, t["findings"].as_u64().unwrap().min(100), "{t}");
+    }
+
+    let alerts = r["alerts"].as_array().unwrap();
+    let mut per_rule = std::collections::BTreeMap::<&str, usize>::new();
+    for a in alerts {
+        *per_rule.entry(a["name"].as_str().unwrap()).or_default() += 1;
+    }
+    assert!(per_rule.values().all(|n| *n <= 50), "{per_rule:?}");
+    let inversions: Vec<&Value> = alerts
+        .iter()
+        .filter(|a| a["name"] == "StormglassDeadlineInversion")
+        .collect();
+    assert_eq!(inversions.len(), 50);
+    for a in inversions {
+        // One per caller service, naming how many of its pairs breach and the worst.
+        let labels = a["labels"].as_object().unwrap();
+        assert_eq!(
+            labels.keys().collect::<Vec<_>>(),
+            ["caller", "instances"],
+            "{a}"
+        );
+        assert_eq!(labels["instances"], "per_caller", "{a}");
+        assert!(a["detail"].as_str().unwrap().contains("the worst"), "{a}");
+        assert!(a["value"].as_f64().unwrap() >= 1.0, "{a}");
+    }
+}
+
+/// The built-in page at width: over a live window of the 400-service mesh it asks for the
+/// worst 50 edges, draws them and their services in headless Chromium (no error), and says
+/// how many edges the window holds. Needs Debian's chromium and tests/js's packages
+/// (tests/run.sh installs both).
+#[test]
+fn the_page_shows_the_worst_of_a_wide_mesh() {
+    let (spans, mesh, file) = wide_mesh_file("wide-page");
+    let (offline, _) = analyze_json(&file);
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "300ms"),
+    ]);
+    let live = serve_and_report(&server, &spans, 1, &offline);
+    assert_eq!(live["listing"]["edges"], mesh.edges.len() as u64);
+    assert_eq!(live["listing"]["truncated"], true);
+    let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("wide-page.png");
+    let drawn = common::open_page(&format!("http://{}/", server.api), &screenshot);
+    assert_eq!(drawn["errors"], serde_json::json!([]), "{drawn:#}");
+    assert_eq!(drawn["edges"].as_array().unwrap().len(), 50, "{drawn:#}");
+    let listing = drawn["listing"].as_str().unwrap();
+    assert!(
+        listing.contains(&format!("the worst 50 of {} edges", mesh.edges.len())),
+        "{listing}"
+    );
+}

@@ -296,11 +296,6 @@ fn orphans_pair_every_abandoned_attempt() {
 /// packages (tests/run.sh installs both).
 #[test]
 fn builtin_page_draws_the_budget_topology() {
-    let js = common::repo_root().join("tests/js");
-    assert!(
-        js.join("node_modules/playwright-core").is_dir(),
-        "run `npm ci` in tests/js (tests/run.sh does) for the page test"
-    );
     let (_, report, server) = run_on_server(
         Scenario::Budget,
         15.0,
@@ -312,19 +307,7 @@ fn builtin_page_draws_the_budget_topology() {
     );
     // Alerts hold once the window has enough traffic; the page lists what the API does.
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("builtin-page.png");
-    let output = std::process::Command::new("node")
-        .arg(js.join("page.mjs"))
-        .arg(format!("http://{}/", server.api))
-        .arg(&screenshot)
-        .output()
-        .expect("node runs");
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let drawn: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let drawn = common::open_page(&format!("http://{}/", server.api), &screenshot);
     assert_eq!(drawn["errors"], serde_json::json!([]), "{drawn:#}");
     let mut services: Vec<&str> = report
         .edges

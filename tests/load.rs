@@ -397,25 +397,13 @@ fn slow_analysis_makes_receivers_refuse() {
     ignore = "injects faults: needs --features stormglass/test-faults, as tests/run.sh builds"
 )]
 fn analysis_panic_fails_healthz_until_it_recovers() {
-    use prost::Message;
-    use stormglass_testkit::otlp::{request, span};
     let server = Server::start(&[
         ("RUST_LOG", "warn"),
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "500ms"),
         ("STORMGLASS_TEST_FAULTS", "analysis_panics=1"),
     ]);
-    let post = |trace: u8| {
-        let body =
-            request(vec![("svc", vec![span(trace, 1, "op", 2, 0, 5, vec![])])]).encode_to_vec();
-        let response = reqwest::blocking::Client::new()
-            .post(format!("http://{}/v1/traces", server.http))
-            .header("content-type", "application/x-protobuf")
-            .body(body)
-            .send()
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    };
+    let post = |trace: u8| common::post_span(&server, trace);
     let healthz = format!("http://{}/healthz", server.api);
     assert_eq!(common::get(&healthz).0, 200);
     post(1);
@@ -432,6 +420,38 @@ fn analysis_panic_fails_healthz_until_it_recovers() {
     post(2);
     server.wait_until("/healthz recovered", |_| common::get(&healthz).0 == 200);
     assert_eq!(server.metric("stormglass_internal_errors_total", &[]), 1.0);
+}
+
+/// shutdown.timeout holds whatever the analysis is doing: with every chunk made to take 120 s,
+/// SIGTERM still ends the process soon after the 1 s timeout (logged, the spans left
+/// unanalysed counted), not once the analysis finishes.
+#[test]
+#[cfg_attr(
+    not(feature = "test-faults"),
+    ignore = "injects faults: needs --features stormglass/test-faults, as tests/run.sh builds"
+)]
+fn shutdown_timeout_holds_while_the_analysis_is_stuck() {
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "100ms"),
+        ("STORMGLASS_SHUTDOWN__TIMEOUT", "1s"),
+        ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
+        ("STORMGLASS_TEST_FAULTS", "analysis_delay=120s"),
+    ]);
+    common::post_span(&server, 1);
+    server.wait_until("the trace released to the stuck analysis", |s| {
+        s.metric("stormglass_assembly_spans", &[]) == 0.0
+            && s.metric("stormglass_receiver_accepted_spans_total", &[]) == 1.0
+    });
+    let (sent, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sent.send(server.terminate()));
+    // Bounded: far below the 120 s the stuck chunk would take, far above the 1 s timeout.
+    let (_, log) = exited
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the process did not exit within 60 s of SIGTERM (shutdown.timeout 1s)");
+    assert!(
+        log.contains("did not finish within shutdown.timeout"),
+        "{log}"
+    );
 }
 
 /// Each thread of a process: its name (cut to 15 bytes by Linux), nice value and id, from

@@ -81,7 +81,7 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
         &["check", "rules", &path("prometheus/stormglass-rules.yml")],
         None,
     );
-    assert!(checked.contains("SUCCESS: 50 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 65 rules found"), "{checked}");
     let tested = run_tool(
         "promtool",
         &[
@@ -152,6 +152,62 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
             d.name
         );
     }
+}
+
+/// At width, the shipped rules fire no alert more than 50 times at once: 60 caller/callee
+/// pairs inverting budgets (40 from caller a, 20 from b) fire one summary instance per
+/// caller, counting its pairs, and no instance per pair; 50 pairs fire one each.
+#[test]
+fn shipped_rules_summarise_an_alert_beyond_its_bound_per_caller() {
+    let series = |pairs: &[(&str, usize)]| {
+        let mut lines = String::new();
+        for (caller, n) in pairs {
+            for i in 0..*n {
+                lines.push_str(&format!(
+                    "      - series: 'stormglass_deadline_violations_total{{caller=\"{caller}\",\
+                     callee=\"c{i}\",kind=\"inversion\"}}'\n        values: '0+1x20'\n      \
+                     - series: 'stormglass_attempts_total{{caller=\"{caller}\",callee=\"c{i}\",\
+                     operation=\"op\",attempt=\"first\",outcome=\"ok\",cause=\"none\"}}'\n        \
+                     values: '0+30x20'\n"
+                ));
+            }
+        }
+        lines
+    };
+    let wide = series(&[("a", 40), ("b", 20)]);
+    let narrow = series(&[("a", 50)]);
+    let summary = |caller: &str, n: usize| {
+        format!(
+            "          - exp_labels: {{severity: warning, caller: {caller}, instances: per_caller}}\n            \
+             exp_annotations:\n              summary: \"{caller}: {n} series breach \
+             StormglassDeadlineInversion\"\n              description: \"{n} series breach \
+             StormglassDeadlineInversion with caller {caller}: more than \
+             alerts.max_instances_per_rule (50) breach in all, so it fires once per caller \
+             service. The worst are in stormglass' /api/v1/alerts and report.\"\n              \
+             runbook_url: \"http://stormglass:9464/runbooks#stormglassdeadlineinversion\"\n"
+        )
+    };
+    let dir = temp_dir("rules-at-width");
+    std::fs::copy(rules_file(), dir.join("stormglass-rules.yml")).unwrap();
+    let test = format!(
+        "rule_files:\n  - stormglass-rules.yml\nevaluation_interval: 1m\ntests:\n  \
+         - interval: 1m\n    input_series:\n      - series: 'up{{instance=\"stormglass:9464\"}}'\n        \
+         values: '1x30'\n{wide}    alert_rule_test:\n      - eval_time: 10m\n        \
+         alertname: StormglassDeadlineInversion\n        exp_alerts:\n{}{}  \
+         - interval: 1m\n    input_series:\n{narrow}    promql_expr_test:\n      \
+         - expr: count(ALERTS{{alertname=\"StormglassDeadlineInversion\",alertstate=\"firing\"}})\n        \
+         eval_time: 10m\n        exp_samples:\n          - labels: '{{}}'\n            value: 50\n",
+        summary("a", 40),
+        summary("b", 20),
+    );
+    let path = dir.join("width.test.yml");
+    std::fs::write(&path, test).unwrap();
+    let tested = run_tool(
+        "promtool",
+        &["test", "rules", &path.to_string_lossy()],
+        None,
+    );
+    assert!(tested.contains("SUCCESS"), "{tested}");
 }
 
 /// Every shipped dashboard is valid against Grafana's published dashboard schema (the

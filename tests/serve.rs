@@ -135,6 +135,35 @@ fn sigterm_releases_open_traces() {
     assert!(stderr.contains("assembly drained open_spans=0"), "{stderr}");
 }
 
+/// Once input stops, the collector stops merging its window: the intervals after it reuse
+/// the last report (`stormglass_analysis_report_builds_total` stays put while intervals go on),
+/// which still holds the traces, until an interval with data leaves the window.
+#[test]
+fn an_idle_window_is_not_rebuilt() {
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "100ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "200ms"),
+    ]);
+    let spans = emit(http_provider(&server, Protocol::HttpBinary), 5);
+    server.wait_until("the spans analysed", |s| {
+        s.metric("stormglass_analysis_spans_total", &[]) == spans as f64
+    });
+    let intervals = |s: &Server| s.metric("stormglass_analysis_duration_seconds_count", &[]);
+    let builds = |s: &Server| s.metric("stormglass_analysis_report_builds_total", &[]);
+    // Bounded by wait_until: five intervals in a row without a build.
+    let mut since = (intervals(&server), builds(&server));
+    server.wait_until("five intervals without a rebuild", |s| {
+        let now = (intervals(s), builds(s));
+        if now.1 != since.1 {
+            since = now;
+        }
+        now.0 >= since.0 + 5.0
+    });
+    let (_, report) = get(&format!("http://{}/api/v1/report", server.api));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["window"]["spans"], spans as u64, "{report}");
+}
+
 /// A graceful stop publishes the last interval: the counters of series first seen in it
 /// (held back one interval so rate() sees them start at 0) reach /metrics, which keeps
 /// answering for shutdown.drain, and the process then exits 0.

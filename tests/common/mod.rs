@@ -304,3 +304,42 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
 pub fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// Open `url` (stormglass' built-in page) in headless Chromium with tests/js/page.mjs, saving
+/// a screenshot to `screenshot`: what the page drew, as page.mjs prints it. Needs Debian's
+/// chromium and tests/js's packages (tests/run.sh installs both).
+pub fn open_page(url: &str, screenshot: &std::path::Path) -> serde_json::Value {
+    let js = repo_root().join("tests/js");
+    assert!(
+        js.join("node_modules/playwright-core").is_dir(),
+        "run `npm ci` in tests/js (tests/run.sh does) for the page tests"
+    );
+    let output = Command::new("node")
+        .arg(js.join("page.mjs"))
+        .arg(url)
+        .arg(screenshot)
+        .output()
+        .expect("node runs");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// POST one trace of one SERVER span of `svc` (trace id `trace`) to `server` over
+/// OTLP/HTTP, expecting 200.
+pub fn post_span(server: &Server, trace: u8) {
+    use prost::Message;
+    use stormglass_testkit::otlp::{request, span};
+    let body = request(vec![("svc", vec![span(trace, 1, "op", 2, 0, 5, vec![])])]).encode_to_vec();
+    let response = reqwest::blocking::Client::new()
+        .post(format!("http://{}/v1/traces", server.http))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}

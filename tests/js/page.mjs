@@ -25,6 +25,7 @@ try {
   const edges = await page.$$eval("svg path.edge", (es) =>
     es.map((e) => ({ caller: e.dataset.caller, callee: e.dataset.callee, stroke: e.getAttribute("stroke") })));
   const alerts = await page.$$eval("#alerts tbody tr", (rs) => rs.length);
+  const listing = await page.$eval("#listing", (l) => l.textContent);
   const trace_links = await page.$$eval("#findings tbody a", (as) => as.map((a) => a.href));
   // The what-if control: the first service failing always.
   const failed = await page.$eval("#whatif select", (s) => s.value);
@@ -34,7 +35,7 @@ try {
   const whatif = await page.$$eval("#whatif-layers tbody tr", (rs) =>
     rs.map((r) => ({ service: r.cells[0].textContent, amplification: parseFloat(r.cells[1].textContent) })));
   await page.screenshot({ path: screenshot, fullPage: true });
-  console.log(JSON.stringify({ errors, services, edges, alerts, trace_links, failed, whatif }));
+  console.log(JSON.stringify({ errors, services, edges, alerts, listing, trace_links, failed, whatif }));
 } finally {
   await browser.close();
 }

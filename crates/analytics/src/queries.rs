@@ -48,6 +48,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_timeout_values"),
     query!("partial_layers"),
     query!("partial_latency"),
+    query!("partial_edge_latency"),
     query!("partial_entries"),
     query!("partial_entry_latency"),
     query!("partial_traces"),
@@ -64,6 +65,7 @@ pub const PARTIALS: &[Query] = &[
 /// Window figures, in dependency order.
 pub const REPORT: &[Query] = &[
     query!("layers"),
+    query!("layer_operations"),
     query!("clock_skew"),
     query!("retry_budgets"),
     query!("edges"),

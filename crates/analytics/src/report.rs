@@ -20,6 +20,10 @@ pub struct Alert {
     pub severity: String,
     pub labels: BTreeMap<String, String>,
     pub value: f64,
+    /// A summary instance's text (more series breached than `alerts.max_instances_per_rule`:
+    /// how many, and the worst); absent on an ordinary instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// At most this many orphan pairs are listed (the most recent); all are counted.
@@ -74,7 +78,13 @@ pub struct EdgeFigures {
     #[serde(default)]
     pub max_outer_attempt: Option<i64>,
     pub timeout_ms: Option<f64>,
+    /// The P99.9 of the operation the timeout guards: see `callee_latency_source`.
     pub callee_p999_ms: Option<f64>,
+    /// Whose durations `callee_p999_ms` is: `edge` (the callee's SERVER spans under this
+    /// edge's attempts), `operation` (the callee operation's, from every caller), `layer`
+    /// (the callee service's); null without any.
+    #[serde(default)]
+    pub callee_latency_source: Option<String>,
     pub timeout_below_tail: Option<bool>,
     pub recommended_timeout_ms: Option<f64>,
     /// Of the attempts with a budget whose callee sent a SERVER span, the share whose SERVER
@@ -160,6 +170,19 @@ pub struct LayerFigures {
     /// `deadline`; null when it received none.
     #[serde(default)]
     pub timeout_rate: Option<f64>,
+    /// The layer's latency per operation it served (`layer_operations.sql`).
+    #[serde(default)]
+    pub operations: Vec<OperationLatency>,
+}
+
+/// One operation of a layer: its requests and latency quantiles (ms, within 2%).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperationLatency {
+    pub operation: String,
+    pub requests: u64,
+    pub p95_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -239,6 +262,48 @@ pub struct Finding {
     pub example_trace_id: Option<String>,
 }
 
+/// How many findings of one kind the window holds, beside the ones the report lists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FindingTotal {
+    pub kind: String,
+    pub severity: String,
+    /// Findings of this kind (one per caller, callee and operation).
+    pub findings: u64,
+    /// Of them, those listed in `findings` (the most impactful: highest `count` first).
+    pub listed: u64,
+    /// The sum of their counts.
+    pub count: u64,
+}
+
+/// `report.*`: how much detail a report lists. Every figure still counts everything; the
+/// lists a person reads stay readable however wide the fleet.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// Findings listed per kind (the highest counts); `finding_totals` counts them all.
+    pub max_findings_per_kind: usize,
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        ReportConfig {
+            max_findings_per_kind: 100,
+        }
+    }
+}
+
+impl ReportConfig {
+    pub fn validate(&self, prefix: &str) -> Vec<(String, String)> {
+        if self.max_findings_per_kind == 0 {
+            return vec![(
+                format!("{prefix}.max_findings_per_kind"),
+                "must be at least 1 (e.g. 100)".into(),
+            )];
+        }
+        Vec::new()
+    }
+}
+
 /// Instrumentation coverage of one edge or one calling service (`coverage.sql`): the share
 /// of attempts carrying what each figure needs; null where the denominator is empty.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -310,10 +375,220 @@ pub struct Report {
     pub traces: Traces,
     pub orphans: Vec<Orphan>,
     pub findings: Vec<Finding>,
+    /// Per kind found, how many findings there are and how many `findings` lists
+    /// ([`Report::bound_findings`]).
+    #[serde(default)]
+    pub finding_totals: Vec<FindingTotal>,
     /// Instrumentation coverage (absent from reports written before it existed).
     #[serde(default)]
     pub coverage: Coverage,
     pub alerts: Vec<Alert>,
+    /// What a selection ([`Report::select`]) lists of the window; absent from a whole report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing: Option<Listing>,
+}
+
+/// Edges and layers a report lists by default (`?limit=`, `analyze --limit`).
+pub const DEFAULT_LIMIT: usize = 200;
+
+/// The order a limited report lists edges and layers in (the report's `listing.order`).
+pub const IMPACT_ORDER: &str = "edges by failed plus retried attempts, then attempts; \
+    layers by requests above their baseline (retries from upstream), then requests; most first";
+
+/// Which part of a window's report a reader asks for: the worst `limit` edges and layers
+/// (all with `None`), around one `service` (its calls in and out, its layer) or one `caller`
+/// or `callee`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    pub limit: Option<usize>,
+    pub service: Option<String>,
+    pub caller: Option<String>,
+    pub callee: Option<String>,
+}
+
+/// What a selected report lists: per list, how many the window holds under the filters and
+/// how many are listed, and whether any was left out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    pub order: String,
+    pub edges: u64,
+    pub edges_listed: u64,
+    pub layers: u64,
+    pub layers_listed: u64,
+    pub truncated: bool,
+}
+
+impl Selection {
+    fn names(&self, caller: &str, callee: &str) -> bool {
+        self.service
+            .as_ref()
+            .is_none_or(|s| caller == s || callee == s)
+            && self.caller.as_ref().is_none_or(|c| caller == c)
+            && self.callee.as_ref().is_none_or(|c| callee == c)
+    }
+
+    fn edge(&self, e: &EdgeFigures) -> bool {
+        self.names(&e.caller, &e.callee)
+    }
+
+    fn filtered(&self) -> bool {
+        self.service.is_some() || self.caller.is_some() || self.callee.is_some()
+    }
+}
+
+/// An edge's impact: its failed attempts plus its retries, then its attempts.
+fn edge_impact(e: &EdgeFigures) -> (u64, u64) {
+    let ok = e
+        .attempt_success_rate
+        .map_or(0, |r| (r * e.attempts as f64).round() as u64);
+    (e.attempts.saturating_sub(ok) + e.retry_attempts, e.attempts)
+}
+
+impl Report {
+    /// The part of this report `selection` asks for: edges (with their coverage), findings
+    /// and orphans of the selected calls, the layers of the selected services, the worst
+    /// first ([`IMPACT_ORDER`]) up to the limit, with `listing` saying what was left out.
+    /// Window figures, entries, traces and alerts stay whole.
+    pub fn select(&self, selection: &Selection) -> Report {
+        let mut edges: Vec<&EdgeFigures> =
+            self.edges.iter().filter(|e| selection.edge(e)).collect();
+        let edge_total = edges.len();
+        let limit = selection.limit.unwrap_or(usize::MAX);
+        if edges.len() > limit {
+            edges.sort_by_key(|e| std::cmp::Reverse(edge_impact(e)));
+            edges.truncate(limit);
+            edges.sort_by(|a, b| {
+                (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
+            });
+        }
+        let listed: HashSet<(&str, &str, &str)> = edges
+            .iter()
+            .map(|e| (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()))
+            .collect();
+        // Around a service, its own layer; around a caller or callee, the layers the
+        // selected calls reach.
+        let services: Option<HashSet<&str>> = selection.filtered().then(|| {
+            let mut services: HashSet<&str> = self
+                .edges
+                .iter()
+                .filter(|e| selection.edge(e))
+                .flat_map(|e| [e.caller.as_str(), e.callee.as_str()])
+                .collect();
+            services.extend(selection.service.as_deref());
+            services
+        });
+        let mut layers: Vec<&LayerFigures> = self
+            .layers
+            .iter()
+            .filter(|l| {
+                services
+                    .as_ref()
+                    .is_none_or(|s| s.contains(l.service.as_str()))
+            })
+            .collect();
+        let layer_total = layers.len();
+        if layers.len() > limit {
+            layers.sort_by_key(|l| {
+                std::cmp::Reverse((l.requests.saturating_sub(l.baseline_attempts), l.requests))
+            });
+            layers.truncate(limit);
+            layers.sort_by(|a, b| a.service.cmp(&b.service));
+        }
+        let keep = |caller: &str, callee: &str| selection.names(caller, callee);
+        let listing = Listing {
+            order: IMPACT_ORDER.to_owned(),
+            edges: edge_total as u64,
+            edges_listed: edges.len() as u64,
+            layers: layer_total as u64,
+            layers_listed: layers.len() as u64,
+            truncated: edges.len() < edge_total || layers.len() < layer_total,
+        };
+        Report {
+            window: self.window.clone(),
+            edges: edges.into_iter().cloned().collect(),
+            layers: layers.into_iter().cloned().collect(),
+            entries: self.entries.clone(),
+            traces: self.traces.clone(),
+            orphans: self
+                .orphans
+                .iter()
+                .filter(|o| keep(&o.caller, &o.callee))
+                .cloned()
+                .collect(),
+            findings: self
+                .findings
+                .iter()
+                .filter(|f| keep(&f.caller, &f.callee))
+                .cloned()
+                .collect(),
+            finding_totals: self.finding_totals.clone(),
+            coverage: Coverage {
+                services: self.coverage.services.clone(),
+                edges: self
+                    .coverage
+                    .edges
+                    .iter()
+                    .filter(|c| {
+                        listed.contains(&(
+                            c.caller.as_str(),
+                            c.callee.as_str(),
+                            c.operation.as_str(),
+                        ))
+                    })
+                    .cloned()
+                    .collect(),
+            },
+            alerts: self.alerts.clone(),
+            listing: Some(listing),
+        }
+    }
+}
+
+impl Report {
+    /// List at most `max_per_kind` findings of each kind, the highest counts first (ties in
+    /// caller, callee, operation order), and count every kind's in `finding_totals`. Alerts
+    /// are evaluated before, over every finding.
+    pub fn bound_findings(&mut self, max_per_kind: usize) {
+        let mut findings = std::mem::take(&mut self.findings);
+        findings.sort_by(|a, b| {
+            (
+                a.kind.as_str(),
+                std::cmp::Reverse(a.count),
+                &a.caller,
+                &a.callee,
+                &a.operation,
+            )
+                .cmp(&(
+                    b.kind.as_str(),
+                    std::cmp::Reverse(b.count),
+                    &b.caller,
+                    &b.callee,
+                    &b.operation,
+                ))
+        });
+        let mut totals: Vec<FindingTotal> = Vec::new();
+        for finding in findings {
+            if totals.last().is_none_or(|t| t.kind != finding.kind) {
+                totals.push(FindingTotal {
+                    kind: finding.kind.clone(),
+                    severity: finding.severity.clone(),
+                    findings: 0,
+                    listed: 0,
+                    count: 0,
+                });
+            }
+            let Some(total) = totals.last_mut() else {
+                continue;
+            };
+            total.findings += 1;
+            total.count += finding.count;
+            if (total.listed as usize) < max_per_kind {
+                total.listed += 1;
+                self.findings.push(finding);
+            }
+        }
+        self.finding_totals = totals;
+    }
 }
 
 /// Window bounds: given ones (live), else the analysed spans' range (offline).
@@ -342,12 +617,6 @@ impl Report {
             retries: u64,
         }
         let causes: Vec<Cause> = rows(&table(&ctx, "edge_causes").await?);
-        for cause in causes {
-            if let Some(edge) = edge_mut(&mut edges, &cause.caller, &cause.callee, &cause.operation)
-            {
-                edge.retries_by_cause.insert(cause.cause, cause.retries);
-            }
-        }
         #[derive(Deserialize)]
         struct Remaining {
             caller: String,
@@ -355,12 +624,45 @@ impl Report {
             operation: String,
             remaining_budget_ms: Option<f64>,
         }
-        for r in rows::<Remaining>(&table(&ctx, "remaining_budgets").await?) {
-            if let Some(edge) = edge_mut(&mut edges, &r.caller, &r.callee, &r.operation) {
-                edge.remaining_budget_ms = r.remaining_budget_ms;
+        let remaining: Vec<Remaining> = rows(&table(&ctx, "remaining_budgets").await?);
+        let (causes, remaining) = {
+            let index = EdgeIndex::new(&edges);
+            let causes: Vec<(usize, Cause)> = causes
+                .into_iter()
+                .filter_map(|c| Some((index.get(&c.caller, &c.callee, &c.operation)?, c)))
+                .collect();
+            let remaining: Vec<(usize, Option<f64>)> = remaining
+                .into_iter()
+                .filter_map(|r| {
+                    let i = index.get(&r.caller, &r.callee, &r.operation)?;
+                    Some((i, r.remaining_budget_ms))
+                })
+                .collect();
+            (causes, remaining)
+        };
+        for (i, cause) in causes {
+            edges[i].retries_by_cause.insert(cause.cause, cause.retries);
+        }
+        for (i, ms) in remaining {
+            edges[i].remaining_budget_ms = ms;
+        }
+        let mut layers: Vec<LayerFigures> = rows(&table(&ctx, "layers").await?);
+        #[derive(Deserialize)]
+        struct Operation {
+            service: String,
+            #[serde(flatten)]
+            latency: OperationLatency,
+        }
+        let by_service: HashMap<String, usize> = layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.service.clone(), i))
+            .collect();
+        for row in rows::<Operation>(&table(&ctx, "layer_operations").await?) {
+            if let Some(&i) = by_service.get(&row.service) {
+                layers[i].operations.push(row.latency);
             }
         }
-        let layers: Vec<LayerFigures> = rows(&table(&ctx, "layers").await?);
         let mut entries: Vec<EntryFigures> = rows(&table(&ctx, "entry_operations").await?);
         let links: Vec<Link> = rows(&table(&ctx, "p_links").await?);
         let potential = storm_potential(&links, &edges);
@@ -411,8 +713,30 @@ impl Report {
             }
         }
 
+        let mut report = Report {
+            window: Report::window_of(window, bounds),
+            edges,
+            layers,
+            entries,
+            traces,
+            orphans,
+            findings,
+            finding_totals: Vec::new(),
+            coverage,
+            alerts: Vec::new(),
+            listing: None,
+        };
+        report.bound_findings(usize::MAX);
+        Ok(report)
+    }
+}
+
+impl Report {
+    /// The `window` of a report over `window`'s partials: `bounds` where given (live), else
+    /// the analysed spans' range (offline).
+    pub fn window_of(window: &[Arc<Partials>], bounds: WindowBounds) -> Window {
         let spans: usize = window.iter().map(|p| p.spans).sum();
-        let traces_analysed: usize = window.iter().map(|p| p.traces).sum();
+        let traces: usize = window.iter().map(|p| p.traces).sum();
         let range =
             window
                 .iter()
@@ -423,38 +747,40 @@ impl Report {
                 });
         let start = bounds.start_unix_ns.or(range.map(|r| r.0));
         let end = bounds.end_unix_ns.or(range.map(|r| r.1));
-        let seconds = start.zip(end).map(|(s, e)| (e - s).max(0) as f64 / 1e9);
-        let report = Report {
-            window: Window {
-                start: start.map(rfc3339),
-                end: end.map(rfc3339),
-                seconds,
-                traces: traces_analysed as u64,
-                spans: spans as u64,
-            },
-            edges,
-            layers,
-            entries,
-            traces,
-            orphans,
-            findings,
-            coverage,
-            alerts: Vec::new(),
-        };
-        Ok(report)
+        Window {
+            start: start.map(rfc3339),
+            end: end.map(rfc3339),
+            seconds: start.zip(end).map(|(s, e)| (e - s).max(0) as f64 / 1e9),
+            traces: traces as u64,
+            spans: spans as u64,
+        }
     }
 }
 
-/// The edge (caller, callee, operation) of `edges`, for figures a second query adds to it.
-fn edge_mut<'e>(
-    edges: &'e mut [EdgeFigures],
-    caller: &str,
-    callee: &str,
-    operation: &str,
-) -> Option<&'e mut EdgeFigures> {
-    edges
-        .iter_mut()
-        .find(|e| e.caller == caller && e.callee == callee && e.operation == operation)
+/// The position of each edge (caller, callee, operation) in the report's `edges`, for the
+/// figures a second query adds to them: one hash lookup per row, whatever the width.
+struct EdgeIndex<'e> {
+    positions: HashMap<(&'e str, &'e str, &'e str), usize>,
+}
+
+impl<'e> EdgeIndex<'e> {
+    fn new(edges: &[EdgeFigures]) -> EdgeIndex<'_> {
+        let positions = edges
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                (
+                    (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()),
+                    i,
+                )
+            })
+            .collect();
+        EdgeIndex { positions }
+    }
+
+    fn get(&self, caller: &str, callee: &str, operation: &str) -> Option<usize> {
+        self.positions.get(&(caller, callee, operation)).copied()
+    }
 }
 
 fn rfc3339(unix_ns: i64) -> String {

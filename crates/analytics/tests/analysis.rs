@@ -356,6 +356,66 @@ async fn timeout_below_callee_p999() {
     assert_eq!(e.timeout_without_margin, Some(false));
 }
 
+/// A timeout is judged against the operation it guards (see fixtures::operations): the
+/// fast operation's 100 ms timeout is above its 47 ms P99.9 though the users layer's P99.9
+/// is the slow operation's 1,300 ms; the uninstrumented db by its operation; a call that no
+/// SERVER span answered by the layer.
+#[tokio::test]
+async fn timeouts_are_judged_against_the_operation_they_guard() {
+    let mut s = Spans::default();
+    fixtures::operations(&mut s, 1);
+    let r = report(&s).await;
+    let on = |caller: &str, operation: &str| {
+        r.edges
+            .iter()
+            .find(|e| e.caller == caller && e.operation == operation)
+            .unwrap_or_else(|| panic!("no edge {caller} {operation}"))
+    };
+    let fast = on("web", "/users/{id}");
+    assert_eq!(fast.callee_latency_source.as_deref(), Some("edge"));
+    assert!(near(fast.callee_p999_ms, 47.0), "{fast:?}");
+    assert_eq!(fast.timeout_below_tail, Some(false));
+    assert!(near(fast.recommended_timeout_ms, 70.5), "{fast:?}");
+    assert_eq!(fast.timeout_kill_share, Some(0.0));
+    let slow = on("admin", "/reports");
+    assert_eq!(slow.callee_latency_source.as_deref(), Some("edge"));
+    assert!(near(slow.callee_p999_ms, 1300.0), "{slow:?}");
+    assert_eq!(slow.timeout_below_tail, Some(false));
+    assert_eq!(slow.timeout_without_margin, Some(false));
+    let db = on("users", "SELECT");
+    assert_eq!(db.callee_latency_source.as_deref(), Some("operation"));
+    assert!(near(db.callee_p999_ms, 5.0), "{db:?}");
+    let refused = on("web", "/users/{id}/avatar");
+    assert_eq!(refused.callee_latency_source.as_deref(), Some("layer"));
+    assert!(near(refused.callee_p999_ms, 1300.0), "{refused:?}");
+    assert_eq!(refused.timeout_below_tail, Some(true));
+
+    let users = layer(&r, "users");
+    assert!(near(users.p999_ms, 1300.0), "{users:?}");
+    let ops: Vec<(&str, u64)> = users
+        .operations
+        .iter()
+        .map(|o| (o.operation.as_str(), o.requests))
+        .collect();
+    assert_eq!(ops, [("/reports", 20), ("/users/{id}", 20)]);
+    let fast_op = &users.operations[1];
+    assert!(near(fast_op.p95_ms, 40.0), "{fast_op:?}");
+    assert!(
+        near(fast_op.p99_ms, 47.0) && near(fast_op.p999_ms, 47.0),
+        "{fast_op:?}"
+    );
+    // One finding: the call no SERVER span answered; it says whose P99.9 judged it.
+    assert_eq!(findings(&r, "timeout_below_tail"), 2);
+    let finding = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "timeout_below_tail")
+        .unwrap();
+    assert_eq!(finding.operation, "/users/{id}/avatar");
+    let detail = finding.detail.as_deref().unwrap();
+    assert!(detail.contains("the callee layer's"), "{detail}");
+}
+
 /// A 100 ms timeout over a callee that answers 5 of 20 calls in 180 ms kills 0.25 of them;
 /// a 300 ms timeout over a 250 ms P99.9 kills none but has no margin (recommended 375 ms).
 #[tokio::test]

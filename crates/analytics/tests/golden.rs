@@ -205,3 +205,10 @@ async fn golden_out_of_budget() {
 async fn golden_idempotency_keys() {
     check("idempotency_keys", fixtures::idempotency_keys).await;
 }
+
+/// Golden tables of timeouts judged against the operation they guard: by the edge's SERVER
+/// spans, the callee operation's durations and the callee layer's.
+#[tokio::test]
+async fn golden_operations() {
+    check("operations", fixtures::operations).await;
+}

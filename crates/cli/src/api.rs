@@ -3,7 +3,7 @@
 //! `/healthz` (the process is up and none of its tasks is failing: 503 naming the task
 //! after a caught panic or error, until it works again), `/readyz` (it is accepting spans:
 //! under `assembly.max_spans` and not refusing for the memory budget) and `/api/v1/report` (the latest window's report, the
-//! JSON of docs/commands.md), `/api/v1/alerts` (the built-in evaluator's pending and firing
+//! JSON of docs/commands.md, its worst edges and layers unless asked for all or filtered), `/api/v1/alerts` (the built-in evaluator's pending and firing
 //! alerts), `/runbooks` (the runbook of every alert, where their `runbook_url` points). With
 //! `auth.api_token` set, every route but `/healthz`, `/readyz` (probes carry no token) and
 //! `/runbooks` (opened from alert notifications) requires `authorization: Bearer <token>` and answers 401 without it; with
@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 use stormglass_analytics::LiveAnalysis;
+use stormglass_analytics::report::{DEFAULT_LIMIT, Selection};
 use stormglass_assembly::Assembly;
 use stormglass_export::AlertEvaluator;
 use stormglass_ingest::server::serve_http;
@@ -141,8 +142,53 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }
 
-async fn report(State(state): State<ApiState>) -> Response {
-    json(state.analysis.report().as_ref())
+/// `/api/v1/report[?limit=N][&service=S][&caller=S][&callee=S][&all=true]`: the latest
+/// window's report, by default its worst [`DEFAULT_LIMIT`] edges and layers with `listing`
+/// saying how many there are (400 naming what is expected for a malformed parameter).
+async fn report(
+    State(state): State<ApiState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    match selection(query.as_deref().unwrap_or_default()) {
+        Ok(selection) => json(&state.analysis.report().select(&selection)),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The report selection a query string asks for.
+fn selection(query: &str) -> Result<Selection, String> {
+    let mut selection = Selection {
+        limit: Some(DEFAULT_LIMIT),
+        ..Selection::default()
+    };
+    let mut all = false;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.into_owned();
+        match key.as_ref() {
+            "limit" => {
+                selection.limit = Some(value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("limit={value}: expected a number of edges and layers above 0")
+                })?)
+            }
+            "all" => {
+                all = value
+                    .parse()
+                    .map_err(|_| format!("all={value}: expected true or false"))?
+            }
+            "service" => selection.service = Some(value),
+            "caller" => selection.caller = Some(value),
+            "callee" => selection.callee = Some(value),
+            other => {
+                return Err(format!(
+                    "{other}: unknown parameter; expected limit, service, caller, callee or all"
+                ));
+            }
+        }
+    }
+    if all {
+        selection.limit = None;
+    }
+    Ok(selection)
 }
 
 /// `/api/v1/whatif?fail=SERVICE:P[&fail=...]`: the what-if over the latest window's report
@@ -239,6 +285,22 @@ async fn ready(State(state): State<ApiState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report's query parameters: the default limit, filters, `all`, and a 400's text.
+    #[test]
+    fn report_parameters_select() {
+        assert_eq!(selection("").unwrap().limit, Some(DEFAULT_LIMIT));
+        let around = selection("service=db&limit=5").unwrap();
+        assert_eq!(around.service.as_deref(), Some("db"));
+        assert_eq!(around.limit, Some(5));
+        assert_eq!(selection("all=true&caller=web").unwrap().limit, None);
+        assert!(selection("limit=0").unwrap_err().contains("above 0"));
+        assert!(
+            selection("edges=1")
+                .unwrap_err()
+                .contains("unknown parameter")
+        );
+    }
 
     /// The trace link template is written into the page as a JavaScript string: no
     /// template, however hostile, can close the script; none is `null`.

@@ -161,6 +161,7 @@ mod tests {
             severity: "warning".into(),
             labels: BTreeMap::from([("service".into(), "b".into())]),
             value: 3.0,
+            detail: None,
         }];
         r
     }

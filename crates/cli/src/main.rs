@@ -86,10 +86,25 @@ enum Command {
     Analyze {
         #[command(flatten)]
         input: SpanFiles,
-        /// List every orphan pair in the table, not only the 20 with the most work after
-        /// cancel (the JSON lists them all either way).
+        /// List everything: every edge and layer (by default the worst 200: `--limit`),
+        /// and every orphan pair in the table, not only the 20 with the most work after
+        /// cancel.
         #[arg(long)]
         all: bool,
+        /// How many edges and layers to list, the worst first (failed plus retried
+        /// attempts; layers by requests above their baseline); the report's `listing` says
+        /// how many there are.
+        #[arg(long, default_value_t = stormglass_analytics::report::DEFAULT_LIMIT)]
+        limit: usize,
+        /// Only the calls in and out of this service, and its layer.
+        #[arg(long)]
+        service: Option<String>,
+        /// Only the calls this service makes.
+        #[arg(long)]
+        caller: Option<String>,
+        /// Only the calls to this service.
+        #[arg(long)]
+        callee: Option<String>,
         /// A deploy gate: after printing the report, exit 1 when a finding or an alert
         /// condition (without its `for:`) holds at or above LEVEL (info, warning, critical),
         /// or when one of the named findings or alerts does (`unsafe_retry,
@@ -311,9 +326,27 @@ fn main() -> ExitCode {
         Command::Analyze {
             input,
             all,
+            limit,
+            service,
+            caller,
+            callee,
             fail_on,
         } => offline(input.config, |config| async move {
-            offline::analyze(&config, &input.files, input.format, all, fail_on.as_ref()).await
+            let selection = stormglass_analytics::report::Selection {
+                limit: (!all).then_some(limit.max(1)),
+                service,
+                caller,
+                callee,
+            };
+            offline::analyze(
+                &config,
+                &input.files,
+                input.format,
+                &selection,
+                all,
+                fail_on.as_ref(),
+            )
+            .await
         }),
         Command::Whatif { fail, input } => offline(input.config, |config| async move {
             offline::whatif(&config, &input.files, &fail, input.format).await
@@ -372,7 +405,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .filter_map(|(key, value)| value.map(|v| (key, v)))
     .collect();
     let config = config::load(args.config.as_deref(), std::env::vars(), &flags)?;
-    serve::runtime(config.limits.receiver_nice)?.block_on(serve::run(config))
+    let runtime = serve::runtime(config.limits.receiver_nice)?;
+    let served = runtime.block_on(serve::run(config));
+    // A thread still waited for past shutdown.timeout (the last analysis) must not hold
+    // the exit: dropping the runtime would wait for it without bound.
+    runtime.shutdown_background();
+    served
 }
 
 fn scenario(name: &str) -> Result<stormglass_demo::Scenario, String> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use stormglass_analytics::files::{self, Columns, LoadSummary};
-use stormglass_analytics::report::{Report, WindowBounds};
+use stormglass_analytics::report::{Report, Selection, WindowBounds};
 use stormglass_analytics::{Engine, SessionContext, alerts, engine, offline};
 
 use crate::CheckFailed;
@@ -56,13 +56,16 @@ pub async fn analyze(
     config: &Config,
     paths: &[PathBuf],
     format: Format,
+    selection: &Selection,
     all_orphans: bool,
     fail_on: Option<&FailOn>,
 ) -> anyhow::Result<()> {
     let report = report(config, paths).await?;
+    // The gate reads the whole report; the reader gets the part selected.
+    let shown = report.select(selection);
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Table => print!("{}", table::report(&report, all_orphans)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&shown)?),
+        Format::Table => print!("{}", table::report(&shown, all_orphans)),
     }
     let failures = fail_on.map(|f| f.failures(&report)).unwrap_or_default();
     for failure in &failures {
@@ -266,6 +269,7 @@ async fn report(config: &Config, paths: &[PathBuf]) -> anyhow::Result<Report> {
         .context("building the report failed")?;
     engine::timed("report", started);
     report.alerts = alerts::evaluate(&report, &config.alerts);
+    report.bound_findings(config.report.max_findings_per_kind);
     Ok(report)
 }
 

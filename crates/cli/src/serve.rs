@@ -94,6 +94,7 @@ impl Collector {
                 budget.clone(),
                 health.clone(),
             )
+            .with_report_config(config.report.clone())
             .with_observer(figures)
             .with_observer(evaluator.clone())
             .with_runtime(tokio::runtime::Handle::current())

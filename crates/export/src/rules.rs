@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use stormglass_analytics::AlertThresholds;
-use stormglass_analytics::alerts::{DEFINITIONS, recording_rules};
+use stormglass_analytics::alerts::{DEFINITIONS, SUMMARY_INSTANCES, recording_rules};
 
 /// Where the runbooks are when `alerts.runbook_base` is not set: the `/runbooks` page of a
 /// stormglass instance of the alert's own job and cluster, found by Prometheus when it
@@ -150,6 +150,23 @@ pub fn scoped(expr: &str) -> String {
         .replace("on (", &format!("on ({SCOPE}, "))
 }
 
+/// An alert's condition `expr` as two rules, as the built-in evaluator bounds it
+/// ([`stormglass_analytics::alerts::bounded`]): each breaching series while they number at
+/// most `alerts.max_instances_per_rule` in a scope, and beyond that one series per caller
+/// service (none for layer alerts) counting its breaching series, the callers with the most
+/// first, at most the bound.
+fn bounded(expr: &str, thresholds: &AlertThresholds) -> (String, String) {
+    let max = thresholds.max_instances_per_rule;
+    let total = format!("count by ({SCOPE}) ({expr})");
+    (
+        format!("({expr}) and on ({SCOPE}) ({total} <= {max})"),
+        format!(
+            "topk by ({SCOPE}) ({max}, count by ({SCOPE}, caller) ({expr})) \
+             and on ({SCOPE}) ({total} > {max})"
+        ),
+    )
+}
+
 /// The runbook link of an alert.
 pub fn runbook_url(base: &str, anchor: &str) -> String {
     format!("{base}#{anchor}")
@@ -224,20 +241,53 @@ fn groups(thresholds: &AlertThresholds, runbook_base: &str) -> File {
         .collect();
     let alerting = DEFINITIONS
         .iter()
-        .map(|d| Rule::Alert {
-            alert: d.name,
-            expr: scoped(&(d.expr)(thresholds)),
-            hold: humantime::format_duration(thresholds.hold(d)).to_string(),
-            labels: [("severity", d.severity)].into(),
-            annotations: [
-                ("summary", d.template(d.summary, thresholds)),
-                ("description", d.template(d.description, thresholds)),
-                (
-                    "runbook_url",
-                    runbook_url(runbook_base, &d.runbook_anchor()),
-                ),
+        .flat_map(|d| {
+            let hold = humantime::format_duration(thresholds.hold(d)).to_string();
+            let runbook = runbook_url(runbook_base, &d.runbook_anchor());
+            let (each, summary) = bounded(&scoped(&(d.expr)(thresholds)), thresholds);
+            [
+                Rule::Alert {
+                    alert: d.name,
+                    expr: each,
+                    hold: hold.clone(),
+                    labels: [("severity", d.severity)].into(),
+                    annotations: [
+                        ("summary", d.template(d.summary, thresholds)),
+                        ("description", d.template(d.description, thresholds)),
+                        ("runbook_url", runbook.clone()),
+                    ]
+                    .into(),
+                },
+                Rule::Alert {
+                    alert: d.name,
+                    expr: summary,
+                    hold,
+                    labels: [("severity", d.severity), ("instances", SUMMARY_INSTANCES)].into(),
+                    annotations: [
+                        (
+                            "summary",
+                            format!(
+                                "{{{{ with $labels.caller }}}}{{{{ . }}}}: {{{{ end }}}}\
+                                 {{{{ $value }}}} series breach {}",
+                                d.name
+                            ),
+                        ),
+                        (
+                            "description",
+                            format!(
+                                "{{{{ $value }}}} series breach {}{{{{ with $labels.caller }}}} \
+                                 with caller {{{{ . }}}}{{{{ end }}}}: more than \
+                                 alerts.max_instances_per_rule ({}) breach in all, so it fires \
+                                 once per caller service. The worst are in stormglass' \
+                                 /api/v1/alerts and report.",
+                                d.name, thresholds.max_instances_per_rule
+                            ),
+                        ),
+                        ("runbook_url", runbook),
+                    ]
+                    .into(),
+                },
             ]
-            .into(),
         })
         .collect();
     let meta = SELF_ALERTS

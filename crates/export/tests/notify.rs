@@ -98,6 +98,7 @@ fn amplification(value: f64) -> Alert {
         severity: "critical".into(),
         labels: BTreeMap::from([("service".to_owned(), "db".to_owned())]),
         value,
+        detail: None,
     }
 }
 
@@ -222,6 +223,7 @@ async fn short_blips_and_dead_receivers() {
             ("operation".to_owned(), "POST /orders".to_owned()),
         ]),
         value: 1.0,
+        detail: None,
     };
     let report = report_with(vec![unsafe_retry]);
     evaluator.interval(&partials(), &report, t0 + Duration::from_secs(100));
@@ -397,6 +399,7 @@ async fn alerts_link_to_an_example_trace() {
             ("operation".to_owned(), "POST /orders".to_owned()),
         ]),
         value: 2.0,
+        detail: None,
     };
     let mut report = Report {
         alerts: vec![unsafe_retries, amplification(27.0)],

@@ -279,19 +279,14 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             retried, adding load exactly when the callee is slow. Set it to P99.9 x 1.5 \
             (stormglass_recommended_timeout_seconds).",
         threshold: |_| 0.0,
-        // The condition compares the summed budget and latency counters; the value is the
-        // share of answered calls the timeout kills, from counters too. Both need the
-        // callee's SERVER spans (as the evaluator's value does).
+        // Judged against the operation the timeout guards, from the edge's own counters
+        // (summed over instances): a timeout below the P99.9 of the callee's SERVER spans
+        // under the edge kills more than 0.1% of them. The value is that share.
         expr: |t| {
-            format!(
-                "stormglass:edge_timeout_kill:ratio_rate5m and on ({EDGE}) ({})",
-                guarded(
-                    "stormglass:edge_timeout:mean_seconds_rate5m < on (callee) group_left () \
-                     stormglass:callee_latency_p999:seconds_rate5m"
-                        .to_owned(),
-                    &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-                    t,
-                )
+            guarded(
+                "stormglass:edge_timeout_kill:ratio_rate5m > 0.001".to_owned(),
+                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                t,
             )
         },
         condition: |r, t| {
@@ -314,20 +309,29 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             inversions or overcommitted budgets): the callee keeps working after the caller \
             has given up.",
         threshold: |_| 0.0,
-        expr: |_| {
-            "sum by (caller, callee) (increase(stormglass_deadline_violations_total\
-             {kind=~\"inversion|overcommit\"}[5m])) > 0"
-                .to_owned()
+        expr: |t| {
+            guarded(
+                "sum by (caller, callee) (increase(stormglass_deadline_violations_total\
+                 {kind=~\"inversion|overcommit\"}[5m])) > 0"
+                    .to_owned(),
+                "sum by (caller, callee) (rate(stormglass_attempts_total[5m]))",
+                t,
+            )
         },
-        condition: |r, _| {
+        condition: |r, t| {
             let mut budget: BTreeMap<(&str, &str), u64> = BTreeMap::new();
             for f in &r.findings {
                 if f.kind == "deadline_inversion" || f.kind == "overcommit" {
                     *budget.entry((&f.caller, &f.callee)).or_default() += f.count;
                 }
             }
+            let mut attempts: HashMap<(&str, &str), u64> = HashMap::new();
+            for e in &r.edges {
+                *attempts.entry((&e.caller, &e.callee)).or_default() += e.attempts;
+            }
             budget
                 .into_iter()
+                .filter(|(pair, _)| busy(r, attempts.get(pair).copied().unwrap_or(0) as f64, t))
                 .map(|((caller, callee), count)| {
                     (
                         labels(&[("caller", caller), ("callee", callee)]),
@@ -345,11 +349,17 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "{caller} retried the non-idempotent {operation} on {callee} without an \
             idempotency key {value} times: each may have applied the write twice.",
         threshold: |_| 0.0,
-        expr: |_| format!("sum by ({EDGE}) (increase(stormglass_unsafe_retries_total[5m])) > 0"),
-        condition: |r, _| {
+        expr: |t| {
+            guarded(
+                format!("sum by ({EDGE}) (increase(stormglass_unsafe_retries_total[5m])) > 0"),
+                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                t,
+            )
+        },
+        condition: |r, t| {
             r.edges
                 .iter()
-                .filter(|e| e.unsafe_retries > 0)
+                .filter(|e| e.unsafe_retries > 0 && busy(r, e.attempts as f64, t))
                 .map(|e| (edge_labels(e), e.unsafe_retries as f64))
                 .collect()
         },
@@ -425,18 +435,24 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             cancellation and deadlines.",
         threshold: |t| t.orphan_work_seconds_per_minute,
         expr: |t| {
-            format!(
-                "stormglass:edge_orphan_work_seconds:per_minute_rate5m > {}",
-                t.orphan_work_seconds_per_minute
+            guarded(
+                format!(
+                    "stormglass:edge_orphan_work_seconds:per_minute_rate5m > {}",
+                    t.orphan_work_seconds_per_minute
+                ),
+                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                t,
             )
         },
         condition: |r, t| {
             let Some(minutes) = window_minutes(r) else {
                 return Vec::new();
             };
-            edges_where(
+            busy_edges(
                 r,
+                t,
                 |e| Some(e.orphan_work_seconds / minutes),
+                |e| e.attempts as f64,
                 |v| v > t.orphan_work_seconds_per_minute,
             )
         },

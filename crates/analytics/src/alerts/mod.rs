@@ -62,6 +62,9 @@ pub struct AlertThresholds {
     /// Minimum traffic of a ratio alert: its denominator (the events the ratio is a share
     /// of) per minute. Below it, a ratio of a handful of events is noise and never fires.
     pub min_events_per_minute: f64,
+    /// At most this many instances of one alert fire at once; beyond it, the alert fires
+    /// one summary instance per caller service instead (the count and the worst series).
+    pub max_instances_per_rule: usize,
     /// `StormglassLatencyDrift`: how far (a share) a layer's P99.9 may move from its
     /// baseline before timeouts and budgets need recomputing.
     pub latency_drift: f64,
@@ -139,6 +142,8 @@ pub fn read_baseline(path: &std::path::Path) -> Result<BTreeMap<String, f64>, St
     #[derive(Deserialize)]
     struct Baseline {
         layers: Vec<Layer>,
+        #[serde(default)]
+        listing: Option<crate::report::Listing>,
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let report: Baseline = serde_json::from_str(&text).map_err(|e| {
@@ -147,6 +152,15 @@ pub fn read_baseline(path: &std::path::Path) -> Result<BTreeMap<String, f64>, St
             path.display()
         )
     })?;
+    if let Some(listing) = report.listing.filter(|l| l.layers_listed < l.layers) {
+        return Err(format!(
+            "{}: lists {} of the window's {} layers; write the baseline with \
+             `stormglass analyze --all --format json`",
+            path.display(),
+            listing.layers_listed,
+            listing.layers
+        ));
+    }
     Ok(report
         .layers
         .into_iter()
@@ -168,6 +182,7 @@ impl Default for AlertThresholds {
             tail_ratio: 2.0,
             orphan_work_seconds_per_minute: 1.0,
             min_events_per_minute: 10.0,
+            max_instances_per_rule: 50,
             latency_drift: 0.2,
             baseline: None,
             baseline_p999_ms: BTreeMap::new(),
@@ -217,6 +232,33 @@ impl AlertDefinition {
             out = out.replace(&format!("{{{name}}}"), label);
         }
         out
+    }
+
+    /// The summary and description of one instance: the definition's texts filled in, or
+    /// for a summary instance ([`bounded`]: `detail` set) its own.
+    pub fn texts(
+        &self,
+        labels: &BTreeMap<String, String>,
+        value: f64,
+        detail: Option<&str>,
+        thresholds: &AlertThresholds,
+    ) -> (String, String) {
+        match detail {
+            Some(detail) => {
+                let whose = labels
+                    .get("caller")
+                    .map(|c| format!("{c}: "))
+                    .unwrap_or_default();
+                (
+                    format!("{whose}{} series breach {}", format_value(value), self.name),
+                    detail.to_owned(),
+                )
+            }
+            None => (
+                self.render(self.summary, labels, value, thresholds),
+                self.render(self.description, labels, value, thresholds),
+            ),
+        }
     }
 
     /// A text as a Prometheus template: labels and value filled in by Prometheus.
@@ -554,19 +596,83 @@ pub fn definition(name: &str) -> Option<&'static AlertDefinition> {
     DEFINITIONS.iter().find(|d| d.name == name)
 }
 
-/// Every alert whose condition holds on `report`, in [`DEFINITIONS`] order.
+/// Every alert whose condition holds on `report`, in [`DEFINITIONS`] order, each bounded
+/// by [`bounded`].
 pub fn evaluate(report: &Report, t: &AlertThresholds) -> Vec<Alert> {
     DEFINITIONS
         .iter()
-        .flat_map(|d| {
-            (d.condition)(report, t)
-                .into_iter()
-                .map(|(labels, value)| Alert {
-                    name: d.name.to_owned(),
-                    severity: d.severity.to_owned(),
-                    labels,
-                    value,
+        .flat_map(|d| bounded(d, (d.condition)(report, t), t.max_instances_per_rule))
+        .collect()
+}
+
+/// The `instances` label of a summary instance ([`bounded`]), in both engines: it tells a
+/// route or a silence that one instance stands for many series.
+pub const SUMMARY_INSTANCES: &str = "per_caller";
+
+/// How many of the worst series a summary instance names.
+const NAMED_IN_SUMMARY: usize = 3;
+
+/// One alert's breaches as its instances: each breach while there are at most `max`;
+/// beyond that, one summary instance per caller service (labels `caller` and `instances`
+/// ([`SUMMARY_INSTANCES`]); `instances` alone for alerts without callers), its value the
+/// number of breaching series, its `detail`
+/// naming the worst of them, the callers with the most breaches first, at most `max`.
+/// The same rule as the Prometheus rules' (see `stormglass rules`).
+pub fn bounded(d: &AlertDefinition, mut breaches: Vec<Breach>, max: usize) -> Vec<Alert> {
+    let alert = |labels, value, detail| Alert {
+        name: d.name.to_owned(),
+        severity: d.severity.to_owned(),
+        labels,
+        value,
+        detail,
+    };
+    if breaches.len() <= max {
+        return breaches
+            .into_iter()
+            .map(|(labels, value)| alert(labels, value, None))
+            .collect();
+    }
+    let total = breaches.len();
+    // Worst first: the highest value, then the labels for a stable order.
+    breaches.sort_by(|(la, a), (lb, b)| b.total_cmp(a).then_with(|| la.cmp(lb)));
+    let mut by_caller: BTreeMap<Option<String>, Vec<Breach>> = BTreeMap::new();
+    for breach in breaches {
+        let caller = breach.0.get("caller").cloned();
+        by_caller.entry(caller).or_default().push(breach);
+    }
+    let mut groups: Vec<(Option<String>, Vec<Breach>)> = by_caller.into_iter().collect();
+    groups.sort_by(|(ca, a), (cb, b)| b.len().cmp(&a.len()).then_with(|| ca.cmp(cb)));
+    groups
+        .into_iter()
+        .take(max)
+        .map(|(caller, series)| {
+            let worst: Vec<String> = series
+                .iter()
+                .take(NAMED_IN_SUMMARY)
+                .map(|(labels, value)| {
+                    let names: Vec<&str> = ["caller", "callee", "operation", "service"]
+                        .iter()
+                        .filter_map(|k| labels.get(*k).map(String::as_str))
+                        .collect();
+                    format!("{} ({})", names.join(" "), format_value(*value))
                 })
+                .collect();
+            let detail = format!(
+                "{} of the {total} series breaching {}{} (more than \
+                 alerts.max_instances_per_rule {max}); the worst: {}",
+                series.len(),
+                d.name,
+                caller
+                    .as_ref()
+                    .map(|c| format!(" have caller {c}"))
+                    .unwrap_or_default(),
+                worst.join(", ")
+            );
+            let mut labels = caller
+                .map(|c| labels(&[("caller", &c)]))
+                .unwrap_or_default();
+            labels.insert("instances".to_owned(), SUMMARY_INSTANCES.to_owned());
+            alert(labels, series.len() as f64, Some(detail))
         })
         .collect()
 }

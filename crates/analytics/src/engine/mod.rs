@@ -74,9 +74,43 @@ impl Default for Params {
 pub struct WindowContext {
     pub servers: Vec<String>,
     pub clocks: ClockBounds,
-    /// (callee service, deadline value) pairs the window's callers gave most often: the
-    /// candidate timeouts `partial_tail` counts durations against (`window_timeouts`).
-    pub timeouts: Vec<(String, f64)>,
+    /// The deadline values each edge's attempts carried most often: the candidate timeouts
+    /// `partial_tail` counts durations against (`window_timeouts`).
+    pub timeouts: TimeoutCandidates,
+}
+
+/// Candidate timeouts per edge (caller, callee, operation, deadline value), each once: a
+/// hash set, as a window of many edges adds thousands per chunk.
+#[derive(Clone, Debug, Default)]
+pub struct TimeoutCandidates {
+    seen: std::collections::HashSet<(String, String, String, u64)>,
+}
+
+impl TimeoutCandidates {
+    /// Add one candidate (a second time is a no-op).
+    pub fn add(&mut self, caller: String, callee: String, operation: String, deadline_ms: f64) {
+        self.seen
+            .insert((caller, callee, operation, deadline_ms.to_bits()));
+    }
+
+    /// Add every candidate of `other`.
+    pub fn extend(&mut self, other: &TimeoutCandidates) {
+        self.seen.extend(other.seen.iter().cloned());
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, &str, f64)> {
+        self.seen
+            .iter()
+            .map(|(a, b, c, v)| (a.as_str(), b.as_str(), c.as_str(), f64::from_bits(*v)))
+    }
 }
 
 impl Params {
@@ -141,22 +175,21 @@ impl Partials {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
     }
 
-    /// Add this interval's candidate timeouts (`partial_timeout_values`: callee, value) to
-    /// `into`, each once.
-    pub fn timeouts_into(&self, into: &mut Vec<(String, f64)>) {
+    /// Add this interval's candidate timeouts (`partial_timeout_values`: edge, value) to
+    /// `into`.
+    pub fn timeouts_into(&self, into: &mut TimeoutCandidates) {
         #[derive(Deserialize)]
         struct Row {
+            caller: String,
             callee: String,
+            operation: String,
             deadline_ms: f64,
         }
         let Some(table) = self.table("partial_timeout_values") else {
             return;
         };
         for r in rows::<Row>(table) {
-            let candidate = (r.callee, r.deadline_ms);
-            if !into.contains(&candidate) {
-                into.push(candidate);
-            }
+            into.add(r.caller, r.callee, r.operation, r.deadline_ms);
         }
     }
 
@@ -230,6 +263,11 @@ impl Partials {
             }
         }
         self
+    }
+
+    /// Nothing was analysed and no table holds a row (an interval without input).
+    pub fn is_empty(&self) -> bool {
+        self.spans == 0 && self.tables.iter().all(|(_, t)| t.rows() == 0)
     }
 
     /// Arrow memory held by the partial tables.
@@ -397,7 +435,10 @@ impl Engine {
                     ("clock_pairs", CLOCK_PAIRS_SCHEMA.clone()),
                     ("params", self.params.batch().schema()),
                     ("window_servers", window_servers(&[]).schema()),
-                    ("window_timeouts", window_timeouts(&[]).schema()),
+                    (
+                        "window_timeouts",
+                        window_timeouts(&TimeoutCandidates::default()).schema(),
+                    ),
                 ];
                 Plans::new(ctx, &inputs).await
             })
@@ -625,17 +666,26 @@ fn same_type(read: &DataType, expected: &DataType) -> bool {
     }
 }
 
-/// The `window_timeouts` table: (service, deadline_ms) per row.
-fn window_timeouts(timeouts: &[(String, f64)]) -> RecordBatch {
+/// The `window_timeouts` table: (caller, callee, operation, deadline_ms) per row.
+fn window_timeouts(timeouts: &TimeoutCandidates) -> RecordBatch {
     let schema = Schema::new(vec![
-        Field::new("service", DataType::Utf8, false),
+        Field::new("caller", DataType::Utf8, false),
+        Field::new("callee", DataType::Utf8, false),
+        Field::new("operation", DataType::Utf8, false),
         Field::new("deadline_ms", DataType::Float64, false),
     ]);
-    let services = StringArray::from_iter_values(timeouts.iter().map(|(s, _)| s));
-    let values = Float64Array::from_iter_values(timeouts.iter().map(|(_, v)| *v));
-    match RecordBatch::try_new(Arc::new(schema), vec![Arc::new(services), Arc::new(values)]) {
+    let column = |pick: for<'a> fn((&'a str, &'a str, &'a str, f64)) -> &'a str| {
+        Arc::new(StringArray::from_iter_values(timeouts.iter().map(pick))) as _
+    };
+    let columns = vec![
+        column(|c| c.0),
+        column(|c| c.1),
+        column(|c| c.2),
+        Arc::new(Float64Array::from_iter_values(timeouts.iter().map(|c| c.3))) as _,
+    ];
+    match RecordBatch::try_new(Arc::new(schema), columns) {
         Ok(batch) => batch,
-        Err(e) => unreachable!("two columns match their schema: {e}"),
+        Err(e) => unreachable!("four columns match their schema: {e}"),
     }
 }
 

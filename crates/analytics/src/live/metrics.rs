@@ -10,6 +10,7 @@ pub struct AnalysisMetrics {
     pub(super) duration: Histogram,
     pub(super) chunk_duration: Histogram,
     pub(super) failures: IntCounter,
+    pub(super) builds: IntCounter,
 }
 
 impl AnalysisMetrics {
@@ -40,7 +41,12 @@ impl AnalysisMetrics {
             "stormglass_analysis_failures_total",
             "Chunks or reports whose analysis failed (their spans are counted as analysed but not in the figures).",
         )?;
+        let builds = IntCounter::new(
+            "stormglass_analysis_report_builds_total",
+            "Window reports built by merging the window's partials; an interval that changes no data in the window reuses the last one.",
+        )?;
         registry.register(Box::new(spans.clone()))?;
+        registry.register(Box::new(builds.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(chunk_duration.clone()))?;
@@ -51,6 +57,7 @@ impl AnalysisMetrics {
             duration,
             chunk_duration,
             failures,
+            builds,
         })
     }
 

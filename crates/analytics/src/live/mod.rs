@@ -44,8 +44,8 @@ pub use metrics::AnalysisMetrics;
 
 use crate::alerts::{self, AlertThresholds};
 use crate::clock::ClockBounds;
-use crate::engine::{AnalysisError, Engine, Partials, WindowContext};
-use crate::report::{Report, WindowBounds};
+use crate::engine::{AnalysisError, Engine, Partials, TimeoutCandidates, WindowContext};
+use crate::report::{Report, ReportConfig, WindowBounds};
 
 /// Told about every analysed interval: its partials (what this interval added, for
 /// counters) and the window's new report (for gauges and alerts). Called on the analysis
@@ -77,7 +77,7 @@ struct Interval {
 #[derive(Default)]
 struct ClocksAndTimeouts {
     clocks: ClockBounds,
-    timeouts: Vec<(String, f64)>,
+    timeouts: TimeoutCandidates,
 }
 
 impl ClocksAndTimeouts {
@@ -90,12 +90,16 @@ impl ClocksAndTimeouts {
         for (pair, bound) in &self.clocks {
             crate::clock::add(&mut context.clocks, pair.clone(), *bound);
         }
-        for candidate in &self.timeouts {
-            if !context.timeouts.contains(candidate) {
-                context.timeouts.push(candidate.clone());
-            }
-        }
+        context.timeouts.extend(&self.timeouts);
     }
+}
+
+/// Which intervals with data a report was built from: the same key, the same figures.
+#[derive(Clone, Debug, PartialEq)]
+struct WindowKey {
+    first: Option<SystemTime>,
+    last: Option<SystemTime>,
+    intervals: usize,
 }
 
 /// Released traces waiting for analysis.
@@ -118,6 +122,7 @@ pub struct LiveAnalysis {
     engine: Engine,
     thresholds: AlertThresholds,
     config: AnalyticsConfig,
+    report_config: ReportConfig,
     metrics: AnalysisMetrics,
     budget: MemoryBudget,
     health: Health,
@@ -132,6 +137,9 @@ pub struct LiveAnalysis {
     /// Late SERVER spans since the last interval (their durations only are analysed).
     late_servers: Mutex<Vec<(RecordBatch, Reservation)>>,
     latest: RwLock<Arc<Report>>,
+    /// The latest report before its findings were bounded, with the window it was built
+    /// from: a window that holds the same data reuses it (see `rebuild_report`).
+    built: Mutex<Option<(WindowKey, Arc<Report>)>>,
     observers: Vec<Arc<dyn IntervalObserver>>,
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -178,6 +186,7 @@ impl LiveAnalysis {
             engine,
             thresholds,
             config,
+            report_config: ReportConfig::default(),
             metrics,
             budget,
             health,
@@ -194,6 +203,7 @@ impl LiveAnalysis {
             window: Mutex::new(VecDeque::new()),
             late_servers: Mutex::new(Vec::new()),
             latest: RwLock::new(Arc::new(Report::default())),
+            built: Mutex::new(None),
             observers: Vec::new(),
             runtime: None,
         }
@@ -209,6 +219,12 @@ impl LiveAnalysis {
     /// (notifications) outlive the analysis thread's runtime.
     pub fn with_runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
         self.runtime = Some(runtime);
+        self
+    }
+
+    /// List findings as `report.*` says (default: [`ReportConfig::default`]).
+    pub fn with_report_config(mut self, config: ReportConfig) -> Self {
+        self.report_config = config;
         self
     }
 
@@ -308,19 +324,50 @@ impl LiveAnalysis {
             .retain(|_, seen| *seen > horizon);
     }
 
-    /// Rebuild the report from the window's intervals and make it the latest.
+    /// Rebuild the report from the window's intervals and make it the latest. When the
+    /// window holds the same data as the last build (intervals that analysed nothing came,
+    /// none with data left: input has stopped), that build is reused with the new bounds,
+    /// so an idle collector does not merge a wide window again every interval.
     async fn rebuild_report(&self) -> Result<Arc<Report>, AnalysisError> {
-        let (window, bounds) = {
+        let (window, bounds, key) = {
             let window = self.window.lock().unwrap_or_else(|p| p.into_inner());
             let bounds = WindowBounds {
                 start_unix_ns: window.front().map(|i| unix_ns(i.start)),
                 end_unix_ns: window.back().map(|i| unix_ns(i.end)),
             };
+            let with_data: Vec<&Interval> =
+                window.iter().filter(|i| !i.partials.is_empty()).collect();
+            let key = WindowKey {
+                first: with_data.first().map(|i| i.start),
+                last: with_data.last().map(|i| i.end),
+                intervals: with_data.len(),
+            };
             let partials: Vec<Arc<Partials>> = window.iter().map(|i| i.partials.clone()).collect();
-            (partials, bounds)
+            (partials, bounds, key)
         };
-        let mut report = Report::build(&self.engine, &window, bounds).await?;
+        let reused = self
+            .built
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|(built, _)| *built == key)
+            .map(|(_, report)| report.clone());
+        let mut report = match reused {
+            Some(built) => {
+                let mut report = (*built).clone();
+                report.window = Report::window_of(&window, bounds);
+                report
+            }
+            None => {
+                let report = Report::build(&self.engine, &window, bounds).await?;
+                self.metrics.builds.inc();
+                *self.built.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((key, Arc::new(report.clone())));
+                report
+            }
+        };
         report.alerts = alerts::evaluate(&report, &self.thresholds);
+        report.bound_findings(self.report_config.max_findings_per_kind);
         let report = Arc::new(report);
         *self.latest.write().unwrap_or_else(|p| p.into_inner()) = report.clone();
         Ok(report)

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params};
+use stormglass_analytics::{AlertThresholds, AnalyticsConfig, Params, ReportConfig};
 use stormglass_archive::ArchiveConfig;
 use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
@@ -53,6 +53,7 @@ pub struct Config {
     pub tls: TlsConfig,
     pub auth: AuthConfig,
     pub links: LinksConfig,
+    pub report: ReportConfig,
     pub alerts: AlertThresholds,
     /// The receiver keys of the `alerts` section (`alerts.alertmanagers`, ...).
     pub notify: NotifyConfig,
@@ -347,7 +348,7 @@ impl<'de> Deserialize<'de> for MemoryLimit {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 16] = [
+pub const SECTIONS: [&str; 17] = [
     "listen",
     "limits",
     "assembly",
@@ -363,6 +364,7 @@ pub const SECTIONS: [&str; 16] = [
     "tls",
     "auth",
     "links",
+    "report",
     "alerts",
 ];
 
@@ -445,6 +447,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         tls: section(&mut sections, "tls", errors),
         auth: section(&mut sections, "auth", errors),
         links: section(&mut sections, "links", errors),
+        report: section(&mut sections, "report", errors),
         notify: notify_keys(&mut sections, errors),
         alerts: section(&mut sections, "alerts", errors),
     };
@@ -511,6 +514,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
     }
     errors.extend(config.assembly.validate("assembly"));
     errors.extend(config.analytics.validate("analytics"));
+    errors.extend(config.report.validate("report"));
     errors.extend(config.archive.validate("archive"));
     errors.extend(config.tls.validate("tls"));
     let positive = [

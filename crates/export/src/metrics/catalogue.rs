@@ -319,12 +319,12 @@ families! {
         ),
         RecommendedTimeout => spec(
             "stormglass_recommended_timeout_seconds",
-            "Window: callee P99.9 x advice.timeout_factor.",
+            "Window: the P99.9 of the operation the timeout guards x advice.timeout_factor.",
             EDGE,
         ),
         CalleeP999 => spec(
             "stormglass_callee_latency_p999_seconds",
-            "Window: the callee's P99.9 latency, per edge (what stormglass_timeout_seconds is compared with).",
+            "Window: the P99.9 latency of the operation the edge's timeout guards (the callee's SERVER spans under the edge; what stormglass_timeout_seconds is compared with).",
             EDGE,
         ),
         ClockSkew => spec(

@@ -63,6 +63,8 @@ struct Active {
     definition: &'static AlertDefinition,
     labels: BTreeMap<String, String>,
     value: f64,
+    /// A summary instance's text ([`stormglass_analytics::alerts::bounded`]).
+    detail: Option<String>,
     active_since: SystemTime,
     firing_since: Option<SystemTime>,
     last_sent: Option<SystemTime>,
@@ -276,6 +278,8 @@ impl AlertEvaluator {
 
     fn status(&self, a: &Active) -> AlertStatus {
         let d = a.definition;
+        let (summary, description) =
+            d.texts(&a.labels, a.value, a.detail.as_deref(), &self.thresholds);
         AlertStatus {
             name: d.name.to_owned(),
             severity: d.severity.to_owned(),
@@ -288,8 +292,8 @@ impl AlertEvaluator {
             value: a.value,
             active_since: rfc3339(a.active_since),
             firing_since: a.firing_since.map(rfc3339),
-            summary: d.render(d.summary, &a.labels, a.value, &self.thresholds),
-            description: d.render(d.description, &a.labels, a.value, &self.thresholds),
+            summary,
+            description,
             runbook_url: self.runbook_url(d),
             trace_url: self.trace_url(a),
         }
@@ -311,12 +315,14 @@ impl AlertEvaluator {
                 definition: d,
                 labels: alert.labels.clone(),
                 value: alert.value,
+                detail: alert.detail.clone(),
                 active_since: now,
                 firing_since: None,
                 last_sent: None,
                 example_trace: None,
             });
             a.value = alert.value;
+            a.detail.clone_from(&alert.detail);
             if let Some(trace) = example_trace(report, &alert.labels) {
                 a.example_trace = Some(trace);
             }
@@ -364,15 +370,11 @@ impl AlertEvaluator {
         labels.extend(a.labels.clone());
         labels.insert("alertname".into(), d.name.into());
         labels.insert("severity".into(), d.severity.into());
+        let (summary, description) =
+            d.texts(&a.labels, a.value, a.detail.as_deref(), &self.thresholds);
         let annotations = [
-            (
-                "summary",
-                d.render(d.summary, &a.labels, a.value, &self.thresholds),
-            ),
-            (
-                "description",
-                d.render(d.description, &a.labels, a.value, &self.thresholds),
-            ),
+            ("summary", summary),
+            ("description", description),
             ("runbook_url", self.runbook_url(d)),
         ]
         .into_iter()
