@@ -648,6 +648,26 @@ async fn healthy_chain_is_quiet() {
     assert_eq!(r.traces.entry_requests, 20);
 }
 
+/// A proxy's re-send that overlaps the 503 it follows by half a millisecond is a retry,
+/// not a hedge; an attempt a per-try timeout abandoned, working on 200 ms past the call,
+/// does not bound the clocks: no skew is read between web and api (fixtures::proxy_resends).
+#[tokio::test]
+async fn proxy_resends_are_retries_and_abandoned_attempts_bound_no_clock() {
+    let mut s = Spans::default();
+    fixtures::proxy_resends(&mut s, 1);
+    let r = report(&s).await;
+    let api = edge(&r, "web", "api");
+    assert_eq!((api.logical_calls, api.attempts), (2, 4), "{api:#?}");
+    assert_eq!(
+        (api.retry_attempts, api.hedged_attempts),
+        (1, 1),
+        "{api:#?}"
+    );
+    assert_eq!(api.retries_by_cause.get("unavailable"), Some(&1));
+    assert_eq!(api.clock_skew_ms.unwrap_or(0.0), 0.0, "{api:#?}");
+    assert_eq!(findings(&r, "clock_skew"), 0);
+}
+
 /// Retries nobody numbered (fixtures::hidden): re-sends below the CLIENT span, a hedge, a
 /// proxy's replayed POST, a caller without CLIENT spans, an application loop and a loop
 /// over items give the figures worked out in the fixture's comment.
@@ -773,7 +793,10 @@ async fn loop_inference_can_be_turned_off() {
     let mut s = Spans::default();
     fixtures::hidden(&mut s, 1);
     let params = stormglass_analytics::Params {
-        infer_loops: false,
+        retries: stormglass_analytics::lineage::RetryRules {
+            infer_loops: false,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let engine = Engine::new(params);

@@ -47,9 +47,8 @@ pub struct Params {
     pub clock_tolerance_ms: f64,
     /// A skew beyond this is a `clock_skew` finding.
     pub clock_skew_threshold_ms: f64,
-    /// Join unnumbered sibling attempts after a retryable failure into one call (an
-    /// application's retry loop; `retries.infer_loops`). Read by the lineage, not the SQL.
-    pub infer_loops: bool,
+    /// How unnumbered attempts join calls (`retries.*`). Read by the lineage, not the SQL.
+    pub retries: lineage::RetryRules,
 }
 
 impl Default for Params {
@@ -61,7 +60,7 @@ impl Default for Params {
             timeout_factor: 1.5,
             clock_tolerance_ms: 1.0,
             clock_skew_threshold_ms: 10.0,
-            infer_loops: true,
+            retries: lineage::RetryRules::default(),
         }
     }
 }
@@ -455,7 +454,7 @@ impl Engine {
             &spans,
             &window.clocks,
             self.params.clock_tolerance_ms,
-            self.params.infer_loops,
+            self.params.retries,
             detail,
         );
         timed("lineage (Rust)", started);

@@ -115,8 +115,9 @@ pub(super) fn logical_calls(
     spans: &RecordBatch,
     groups: &TraceGroups,
     shape: &Shape,
-    infer_loops: bool,
+    rules: RetryRules,
 ) -> Vec<CallSlot> {
+    let overlap_ns = (rules.overlap_tolerance_ms.max(0.0) * 1e6) as i64;
     let column = |name: &str| column(spans, name);
     let trace = column(col::TRACE_ID).as_fixed_size_binary();
     let span = column(col::SPAN_ID).as_fixed_size_binary();
@@ -200,7 +201,7 @@ pub(super) fn logical_calls(
         if number(s) != 0 {
             return Some(Found::Numbered);
         }
-        let loop_retry = infer_loops
+        let loop_retry = rules.infer_loops
             && s != sb
             && !attempt.is_valid(s)
             && kinds[s] == Kind::Client
@@ -241,7 +242,7 @@ pub(super) fn logical_calls(
             .max_by(|&a, &b| service.value(a).cmp(service.value(b)));
         let n = members.len();
         // The latest end among the SERVER attempts before each one: a SERVER attempt
-        // starting before it is a hedge.
+        // starting before it, by more than the overlap tolerance, is a hedge.
         let mut served_until: Option<i64> = None;
         for (i, &row) in members.iter().enumerate() {
             let slot = &mut slots[row];
@@ -251,7 +252,8 @@ pub(super) fn logical_calls(
             slot.server = server;
             slot.hidden = hidden(row);
             if server_found(row) {
-                slot.hedged = served_until.is_some_and(|until| start.value(row) < until);
+                slot.hedged =
+                    served_until.is_some_and(|until| start.value(row) < until - overlap_ns);
                 served_until = Some(served_until.map_or(end.value(row), |u| u.max(end.value(row))));
             }
             let s = sender[row];

@@ -164,18 +164,45 @@ impl Node {
 /// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`])
 /// on its own, with the default clock tolerance and loop inference.
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
-    lineage_in_window(spans, &ClockBounds::new(), 1.0, true, Detail::Query).batch
+    lineage_in_window(
+        spans,
+        &ClockBounds::new(),
+        1.0,
+        RetryRules::default(),
+        Detail::Query,
+    )
+    .batch
+}
+
+/// How attempts that carry no number are read (`retries.*`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryRules {
+    /// Unnumbered sibling CLIENT spans after a retryable failure are one call's attempts (an
+    /// application's retry loop).
+    pub infer_loops: bool,
+    /// A SERVER attempt starting at most this long (ms) before the one before it ended
+    /// follows it, and is no hedge: a proxy re-sends as soon as it has a 503's status line,
+    /// while the backend's span closes once the body is written.
+    pub overlap_tolerance_ms: f64,
+}
+
+impl Default for RetryRules {
+    fn default() -> Self {
+        RetryRules {
+            infer_loops: true,
+            overlap_tolerance_ms: 5.0,
+        }
+    }
 }
 
 /// Compute the lineage of one chunk of a window whose earlier chunks gave `prior` clock
-/// bounds; clocks agreeing within `tolerance_ms` are not corrected; `infer_loops` joins
-/// unnumbered sibling attempts into calls (see the module docs). `lineage` has `detail`'s
-/// columns.
+/// bounds; clocks agreeing within `tolerance_ms` are not corrected; `rules` say how
+/// unnumbered attempts join calls (see the module docs). `lineage` has `detail`'s columns.
 pub fn lineage_in_window(
     spans: &RecordBatch,
     prior: &ClockBounds,
     tolerance_ms: f64,
-    infer_loops: bool,
+    rules: RetryRules,
     detail: Detail,
 ) -> Lineage {
     let column = |name: &str| column(spans, name);
@@ -316,7 +343,7 @@ pub fn lineage_in_window(
         server_child: &server_child,
         sender: &sender,
     };
-    let calls = logical_calls(spans, &groups, &shape, infer_loops);
+    let calls = logical_calls(spans, &groups, &shape, rules);
     timed("lineage: calls", started);
 
     // A call span is not an attempt: the attempts under it work for the call's own upstream

@@ -116,7 +116,13 @@ fn hints_resolve_to_their_most_frequent_server_service() {
     );
     let Lineage {
         attempts, edges, ..
-    } = lineage_in_window(&batch, &ClockBounds::new(), 1.0, true, Detail::Query);
+    } = lineage_in_window(
+        &batch,
+        &ClockBounds::new(),
+        1.0,
+        RetryRules::default(),
+        Detail::Query,
+    );
     let ids = attempts
         .column_by_name(col::SPAN_ID)
         .unwrap()

@@ -88,7 +88,10 @@ impl Config {
             timeout_factor: self.advice.timeout_factor,
             clock_tolerance_ms: self.clocks.tolerance_ms,
             clock_skew_threshold_ms: self.clocks.skew_threshold_ms,
-            infer_loops: self.retries.infer_loops,
+            retries: stormglass_analytics::lineage::RetryRules {
+                infer_loops: self.retries.infer_loops,
+                overlap_tolerance_ms: self.retries.overlap_tolerance_ms,
+            },
         }
     }
 }
@@ -185,12 +188,17 @@ pub struct RetriesConfig {
     /// one before failed retryably (and to the same URL where both carry one), are attempts
     /// of one call: an application's retry loop.
     pub infer_loops: bool,
+    /// A re-sent request (several SERVER spans under one CLIENT span) starting at most this
+    /// long (ms) before the one before it ended follows it: a retry, not a hedge.
+    pub overlap_tolerance_ms: f64,
 }
 
 impl Default for RetriesConfig {
     fn default() -> Self {
+        let rules = Params::default().retries;
         RetriesConfig {
-            infer_loops: Params::default().infer_loops,
+            infer_loops: rules.infer_loops,
+            overlap_tolerance_ms: rules.overlap_tolerance_ms,
         }
     }
 }
