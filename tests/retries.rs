@@ -4,7 +4,9 @@
 //! client that forwards the context but records no span), sent over OTLP/HTTP to
 //! `stormglass serve`, give the true figures live, and the same offline from the server's
 //! Parquet archive; so do their idempotency keys, captured as headers
-//! (tests/python/idempotency_keys.py), whose values stormglass keeps nowhere.
+//! (tests/python/idempotency_keys.py), whose values stormglass keeps nowhere; and the
+//! retries Debian's HAProxy and nginx make in front of two instances of a backend
+//! (tests/python/proxies.py).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -215,4 +217,90 @@ fn idempotency_keys_of_real_libraries() {
             );
         }
     }
+}
+
+/// Each proxy edge from `shop`: (callee, operation), its attempts, its retries, its
+/// attempts read from SERVER spans (those of the re-sent calls), and whether its retries
+/// are unsafe (a POST without a key).
+const PROXIED: [(&str, &str, u64, u64, u64, bool); 3] = [
+    // HAProxy retries 2: odd calls fail twice, 3 attempts each.
+    (
+        "stock-haproxy",
+        "GET",
+        2 * CALLS,
+        CALLS,
+        3 * CALLS / 2,
+        false,
+    ),
+    (
+        "stock-haproxy",
+        "POST",
+        2 * CALLS,
+        CALLS,
+        3 * CALLS / 2,
+        true,
+    ),
+    // nginx tries the other instance once: odd calls fail once, 2 attempts each.
+    ("stock-nginx", "GET", 3 * CALLS / 2, CALLS / 2, CALLS, false),
+];
+
+/// The truth of the proxies: every call, attempt and retry as the backend received them
+/// (cause `unavailable`, each a re-send below the CLIENT span), none a hedge however close
+/// the re-send follows the 503, effective success 50%, raw 100%; HAProxy's replayed POSTs
+/// without a key are unsafe retries.
+fn assert_proxied(report: &Value, backend: &Value) {
+    for (callee, operation, attempts, retries, hidden, unsafe_retries) in PROXIED {
+        let e = edge(report, callee, operation)
+            .unwrap_or_else(|| panic!("no edge to {callee} {operation}: {report:#}"));
+        let at = format!("{callee} {operation}: {e:#}");
+        assert_eq!(e["logical_calls"], CALLS, "{at}");
+        assert_eq!(e["attempts"], attempts, "{at}");
+        assert_eq!(e["retry_attempts"], retries, "{at}");
+        assert_eq!(e["retries_by_cause"]["unavailable"], retries, "{at}");
+        assert_eq!(e["hedged_attempts"], 0, "{at}");
+        assert_eq!(e["hidden_attempts"], hidden, "{at}");
+        assert_eq!(e["effective_success_rate"], 0.5, "{at}");
+        assert_eq!(e["raw_success_rate"], 1.0, "{at}");
+        let expected_unsafe = if unsafe_retries { retries } else { 0 };
+        assert_eq!(e["unsafe_retries"], expected_unsafe, "{at}");
+    }
+    for service in ["stock-haproxy", "stock-nginx"] {
+        let received: u64 = PROXIED.iter().filter(|p| p.0 == service).map(|p| p.2).sum();
+        assert_eq!(
+            backend[service]["requests"], received,
+            "{service}: {backend}"
+        );
+        assert_eq!(layer(report, service)["requests"], received, "{service}");
+    }
+}
+
+/// Debian's HAProxy and nginx re-sending 503s between two backend instances, through OTLP
+/// into `serve`: exact figures live, and the same from its archive with `stormglass analyze`.
+#[test]
+fn retries_of_real_proxies_count() {
+    for proxy in ["haproxy", "nginx"] {
+        assert!(
+            std::process::Command::new(proxy)
+                .arg("-v")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            "{proxy} is not installed: run tests/run.sh, which installs it from Debian"
+        );
+    }
+    let (server, dir, out) = serve_and_run("proxies", CALLS);
+    let backend: Value = serde_json::from_slice(&out).unwrap();
+    report_with(
+        &server,
+        &[("stock-haproxy", "GET"), ("stock-haproxy", "POST")],
+        2 * CALLS,
+    );
+    let live = report_with(&server, &[("stock-nginx", "GET")], 3 * CALLS / 2);
+    assert_proxied(&live, &backend);
+    let (ok, _) = server.terminate();
+    assert!(ok);
+
+    let (ok, stdout, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let offline: Value = serde_json::from_str(&stdout).unwrap();
+    assert_proxied(&offline, &backend);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole stormglass test suite on a fresh machine: installs what the tests need when
-# it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager; Node.js for
+# it is missing (cargo-nextest; Debian's prometheus and prometheus-alertmanager, HAProxy and
+# nginx; Node.js for
 # the JS exporter, dashboard schema and page tests; Debian's chromium for the page test;
 # DuckDB, the OpenTelemetry SDK, its instrumentations and client libraries from PyPI),
 # checks formatting, builds every target with clippy as the workspace's rustc wrapper (lints fail the
@@ -27,6 +28,17 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
     prometheus prometheus-alertmanager
+fi
+
+# The proxy test re-sends through Debian's HAProxy and nginx (started by the test on loopback;
+# RUNLEVEL=1 keeps the packages from starting their own services).
+if ! command -v haproxy >/dev/null || ! command -v nginx >/dev/null; then
+  echo "tests/run.sh: installing haproxy and nginx-light" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+    haproxy nginx-light
 fi
 
 # The coarse-clock test sends spans with the OpenTelemetry JS SDK's own OTLP exporters, and the

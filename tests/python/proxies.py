@@ -1,0 +1,165 @@
+"""Retries a real proxy makes, below the client's CLIENT span, sending the spans to
+stormglass over OTLP/HTTP (tests/proxies.rs). `shop` calls through the proxy with requests
+under RequestsInstrumentor; the proxy forwards the trace context to two instances of a WSGI
+app under OpenTelemetryMiddleware, which answer 503 to the first tries of odd calls.
+
+* haproxy: Debian's HAProxy, `retries 2`, `retry-on 503`, `option redispatch 1` and
+  `option http-buffer-request` (so a POST's body can be replayed), to `stock-haproxy`: GET
+  /items/N and POST /orders/N without an idempotency key; odd calls fail twice.
+* nginx: Debian's nginx, `proxy_next_upstream error timeout http_503 non_idempotent` over
+  the two instances, to `stock-nginx`: GET /items/N; odd calls fail once (nginx tries each
+  instance once).
+
+Prints, per proxy, the requests the backend received and the 503s it answered (the truth
+next to what the proxies' own logs would say), as one JSON line.
+
+Usage: cat otel_stack.py proxies.py | python - OTLP_HTTP_ENDPOINT CALLS
+"""
+
+import json
+import os
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from wsgiref.simple_server import WSGIServer, make_server
+
+import requests
+from opentelemetry import trace
+from opentelemetry.instrumentation.requests import RequestsInstrumentor
+from opentelemetry.instrumentation.wsgi import OpenTelemetryMiddleware
+
+# provider, Quiet, flush: tests/python/otel_stack.py, put before this script.
+calls = int(sys.argv[2])
+work = tempfile.mkdtemp(prefix="stormglass-proxies-")
+
+shop = provider("shop")
+tracer = shop.get_tracer("shop")
+RequestsInstrumentor().instrument(tracer_provider=shop)
+
+lock = threading.Lock()
+tries = {}
+truth = {}
+
+
+def backend(service, fails):
+    """A WSGI app of `service` whose odd calls answer 503 to their first `fails` tries."""
+
+    def app(environ, start_response):
+        key = environ["REQUEST_METHOD"] + environ["PATH_INFO"]
+        with lock:
+            tries[service, key] = tries.get((service, key), 0) + 1
+            failing = int(key.rsplit("/", 1)[-1]) % 2 == 1 and tries[service, key] <= fails
+            counts = truth.setdefault(service, {"requests": 0, "503": 0})
+            counts["requests"] += 1
+            counts["503"] += failing
+        if environ.get("CONTENT_LENGTH"):
+            environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
+        if failing:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"busy"]
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    return app
+
+
+class Threaded(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def instances(service, fails):
+    """Two instances of `service` on free loopback ports, each its own process's spans."""
+    ports = []
+    for _ in range(2):
+        app = OpenTelemetryMiddleware(backend(service, fails), tracer_provider=provider(service))
+        server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        ports.append(server.server_port)
+    return ports
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(command, port):
+    """Start a proxy and wait (bounded) until it listens on `port`."""
+    proxy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proxy
+        except OSError:
+            if proxy.poll() is not None:
+                raise SystemExit(f"{command[0]} exited: {proxy.stderr.read().decode()}")
+            time.sleep(0.05)
+    proxy.kill()
+    raise SystemExit(f"{command[0]} did not listen on {port} within 20 s")
+
+
+def haproxy(ports):
+    port = free_port()
+    config = os.path.join(work, "haproxy.cfg")
+    servers = "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(ports))
+    with open(config, "w") as f:
+        f.write(
+            "defaults\n  mode http\n  timeout connect 2s\n  timeout client 10s\n"
+            "  timeout server 10s\n  retries 2\n  retry-on 503\n  option redispatch 1\n"
+            "  option http-buffer-request\n"
+            f"frontend shop\n  bind 127.0.0.1:{port}\n  default_backend stock\n"
+            f"backend stock\n  balance roundrobin\n{servers}"
+        )
+    return start(["haproxy", "-db", "-f", config], port), port
+
+
+def nginx(ports):
+    port = free_port()
+    prefix = os.path.join(work, "nginx")
+    os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
+    config = os.path.join(prefix, "nginx.conf")
+    # max_fails=0: a 503 must not take an instance out of the rotation for 10 s.
+    servers = "".join(f"    server 127.0.0.1:{p} max_fails=0;\n" for p in ports)
+    temp = "".join(
+        f"  {name}_temp_path {prefix}/{name};\n"
+        for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    with open(config, "w") as f:
+        f.write(
+            f"daemon off;\nmaster_process off;\npid {prefix}/nginx.pid;\n"
+            f"error_log {prefix}/logs/error.log;\nevents {{}}\n"
+            f"http {{\n  access_log off;\n{temp}  upstream stock {{\n{servers}  }}\n"
+            f"  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n"
+            "      proxy_pass http://stock;\n"
+            "      proxy_next_upstream error timeout http_503 non_idempotent;\n"
+            "    }\n  }\n}\n"
+        )
+    return start(["nginx", "-e", "stderr", "-p", prefix, "-c", config], port), port
+
+
+def run(proxy, requests_of):
+    """Each call under a SERVER span of `shop`, through `proxy`."""
+    session = requests.Session()  # no retries of its own: only the proxy re-sends
+    try:
+        for method, path in requests_of:
+            with tracer.start_as_current_span(f"{method} /buy", kind=trace.SpanKind.SERVER):
+                body = b"order" if method == "POST" else None
+                r = session.request(method, f"http://127.0.0.1:{proxy[1]}{path}", data=body)
+                assert r.status_code == 200, (path, r.status_code)
+    finally:
+        proxy[0].terminate()
+        proxy[0].wait()
+
+
+gets = [("GET", f"/items/{i}") for i in range(calls)]
+posts = [("POST", f"/orders/{i}") for i in range(calls)]
+run(haproxy(instances("stock-haproxy", 2)), gets + posts)
+run(nginx(instances("stock-nginx", 1)), gets)
+flush()
+print(json.dumps(truth))
