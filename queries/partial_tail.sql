@@ -3,12 +3,13 @@
 -- them) at or below the candidate, and the count of all of them (n), so the report
 -- compares an edge's configured timeout with the P99.9 of the operation it guards exactly:
 -- timeout < P99.9 (nearest rank) iff fewer than ceil(0.999 * N) durations are at or below
--- it. Candidates: the edge's most common deadline values (its 16 most common in this
--- chunk, timeout_values) and, live, those of the window so far (`window_timeouts`). The
--- report uses a candidate only when its n covers every such duration of the window.
--- Mergeable by SUM.
+-- it. Candidates: the edge's own most common deadline values in this chunk (up to 16,
+-- timeout_values): a configured timeout is on every attempt of the edge, so every chunk
+-- with the edge's durations counts it. The report uses a candidate only when its n covers
+-- every such duration of the window (otherwise it compares with the 2% P99.9). Mergeable
+-- by SUM.
 --
--- Inputs: attempts, edge_names, timeout_values, window_timeouts.
+-- Inputs: attempts, edge_names, timeout_values.
 -- Output: caller, callee, operation, deadline_ms, at_or_below, n
 WITH durations AS (
   SELECT edge, (server_end_ns - server_start_ns) / 1e6 AS ms, weight
@@ -18,11 +19,7 @@ WITH durations AS (
 -- Named candidates joined to this chunk's edges once, so the counting joins on `edge`.
 candidates AS (
   SELECT e.edge, c.deadline_ms
-  FROM (
-    SELECT caller, callee, operation, deadline_ms FROM timeout_values
-    UNION
-    SELECT caller, callee, operation, deadline_ms FROM window_timeouts
-  ) c
+  FROM timeout_values c
   JOIN edge_names e ON e.caller = c.caller AND e.callee = c.callee AND e.operation = c.operation
 ),
 counted AS (

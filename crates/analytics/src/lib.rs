@@ -21,7 +21,7 @@ pub mod whatif;
 
 pub use alerts::{Alert, AlertDefinition, AlertThresholds};
 pub use datafusion::prelude::SessionContext;
-pub use engine::{AnalysisError, Engine, Params, Partials, TimeoutCandidates, WindowContext};
+pub use engine::{AnalysisError, Engine, Params, Partials, WindowContext};
 pub use live::{AnalysisMetrics, AnalyticsConfig, Faults, IntervalObserver, LiveAnalysis};
 pub use report::{Report, ReportConfig};
 pub use stormglass_assembly::{ReleasedTraces, TraceSink};

@@ -10,16 +10,11 @@
 //! services that sent SERVER spans (`window_servers`) and the clock bounds of every service
 //! pair ([`lineage::clock_bounds`]; bounds merge by MAX and MIN, so a chunk's own pairs
 //! add nothing to them). Duplicate spans share a trace, hence a chunk, and are dropped there,
-//! the first copy read kept. The one thing learned as the live path learns it is the
-//! candidate timeouts of `partial_tail` (`window_timeouts`): from the chunks analysed
-//! before, since they come out of the analysis itself; a candidate some earlier chunk did
-//! not count is not used for the exact tail comparison (the report falls back to the
-//! callee's P99.9 estimate), live and offline alike.
+//! the first copy read kept.
 //!
 //! Chunks are made (split, concatenated, duplicates dropped, clock bounds found) on two
 //! threads and analysed two at a time, each on its own engine (one thread each), chunk `k`
-//! starting as soon as chunk `k - 2` is done and knowing the timeouts of the chunks before
-//! that one. The order and the assignment of traces to chunks are fixed, so a file gives
+//! starting as soon as chunk `k - 2` is done. The order and the assignment of traces to chunks are fixed, so a file gives
 //! the same report on every run and machine. Chunks carry only the columns the analysis
 //! reads.
 
@@ -96,7 +91,7 @@ pub async fn analyse(
     let analysed = chunks.len();
     let mut partials = Vec::with_capacity(analysed);
     // In flight, in chunk order: chunk k starts when chunk k - AT_ONCE is done, on its
-    // engine, knowing the timeouts of every chunk before that one (whatever else is done).
+    // engine.
     let mut running = std::collections::VecDeque::with_capacity(AT_ONCE);
     let mut chunks = chunks.into_iter().zip(engines.iter().cycle()).peekable();
     while chunks.peek().is_some() || !running.is_empty() {
@@ -117,7 +112,6 @@ pub async fn analyse(
             // A panic in a chunk's analysis is the analysis's own, as on one thread.
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
-        chunk.timeouts_into(&mut context.timeouts);
         partials.push(chunk);
     }
     let partials = match Partials::concat(partials) {

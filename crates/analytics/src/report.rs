@@ -386,6 +386,11 @@ pub struct Report {
     /// What a selection ([`Report::select`]) lists of the window; absent from a whole report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listing: Option<Listing>,
+    /// Which build of the live window's figures this is: two reports with the same number
+    /// hold the same figures (an idle window reuses its last build), so observers can skip
+    /// what they derived from them already. `None` offline.
+    #[serde(skip)]
+    pub figures: Option<u64>,
 }
 
 /// Edges and layers a report lists by default (`?limit=`, `analyze --limit`).
@@ -540,6 +545,7 @@ impl Report {
             },
             alerts: self.alerts.clone(),
             listing: Some(listing),
+            figures: self.figures,
         }
     }
 }
@@ -725,6 +731,7 @@ impl Report {
             coverage,
             alerts: Vec::new(),
             listing: None,
+            figures: None,
         };
         report.bound_findings(usize::MAX);
         Ok(report)

@@ -259,6 +259,10 @@ struct LoadArgs {
     /// Share of calls whose first attempt fails and is retried.
     #[arg(long, default_value_t = 0.1)]
     retry_rate: f64,
+    /// Services per layer: above 1, each trace draws its services from this many per
+    /// layer, spreading the same spans over many caller/callee pairs (a wide fleet).
+    #[arg(long, default_value_t = 1)]
+    width: u32,
     /// Seed of the synthetic traces.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -457,6 +461,7 @@ fn load(args: LoadArgs) -> anyhow::Result<()> {
         depth: args.depth,
         fanout: args.fanout,
         retry_rate: args.retry_rate,
+        width: args.width,
         seed: args.seed,
     };
     if let Some(path) = &args.write_parquet {

@@ -49,6 +49,10 @@ pub struct Shape {
     pub fanout: u32,
     /// Probability that a call's first attempt fails and is retried once.
     pub retry_rate: f64,
+    /// Services of each layer (>= 1): with more than one, every service in a trace is one of
+    /// `width` of its layer's (`orders-w17`), drawn at random, so the same span count spreads
+    /// over up to `width`² caller/callee pairs per hop: a wide fleet.
+    pub width: u32,
     /// Seed of every random choice (ids, retries, durations).
     pub seed: u64,
 }
@@ -59,6 +63,7 @@ impl Default for Shape {
             depth: 4,
             fanout: 1,
             retry_rate: 0.1,
+            width: 1,
             seed: 1,
         }
     }
@@ -79,6 +84,7 @@ impl Generator {
             shape: Shape {
                 depth: shape.depth.clamp(1, LAYERS.len() as u32),
                 fanout: shape.fanout.max(1),
+                width: shape.width.max(1),
                 ..shape
             },
             rng: StdRng::seed_from_u64(shape.seed),
@@ -106,7 +112,8 @@ impl Generator {
             trace_id,
             spans: &mut spans,
         };
-        ctx.server(0, "gateway".into(), None, t0, None, true);
+        let gateway = ctx.variant(service_name(0, 0));
+        ctx.server(0, gateway, None, t0, None, true);
         spans
     }
 
@@ -114,13 +121,17 @@ impl Generator {
     /// into one `ResourceSpans` per service as an agent forwards them.
     pub fn request(&mut self, min_spans: usize) -> ExportTraceServiceRequest {
         let mut by_service: Vec<(String, Vec<Span>)> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
         let mut count = 0;
         while count < min_spans.max(1) {
             for (service, span) in self.trace() {
                 count += 1;
-                match by_service.iter_mut().find(|(s, _)| *s == service) {
-                    Some((_, spans)) => spans.push(span),
-                    None => by_service.push((service, vec![span])),
+                match index.get(&service) {
+                    Some(&i) => by_service[i].1.push(span),
+                    None => {
+                        index.insert(service.clone(), by_service.len());
+                        by_service.push((service, vec![span]));
+                    }
                 }
             }
         }
@@ -199,7 +210,7 @@ impl TraceCtx<'_> {
         if healthy {
             if layer + 1 < self.shape.depth {
                 for branch in 0..self.shape.fanout {
-                    end = self.call(layer, branch, &id, end);
+                    end = self.call(layer, &service, branch, &id, end);
                 }
             } else {
                 end = self.database(&service, &id, end);
@@ -243,11 +254,21 @@ impl TraceCtx<'_> {
         end
     }
 
-    /// One call from `layer` to the service `branch` of the next layer: one or two attempts;
-    /// returns when the last attempt ended.
-    fn call(&mut self, layer: u32, branch: u32, parent: &[u8], start: u64) -> u64 {
-        let caller = service_name(layer, 0);
-        let callee = service_name(layer + 1, branch);
+    /// One of the `width` services named `name` (itself when the width is 1: no draw, so
+    /// narrow shapes keep their seeded traces).
+    fn variant(&mut self, name: String) -> String {
+        if self.shape.width <= 1 {
+            return name;
+        }
+        let v = self.rng.random_range(0..self.shape.width);
+        format!("{name}-w{v}")
+    }
+
+    /// One call from `caller` at `layer` to the service `branch` of the next layer: one or
+    /// two attempts; returns when the last attempt ended.
+    fn call(&mut self, layer: u32, caller: &str, branch: u32, parent: &[u8], start: u64) -> u64 {
+        let caller = caller.to_owned();
+        let callee = self.variant(service_name(layer + 1, branch));
         let attempts = if self.rng.random_bool(self.shape.retry_rate.clamp(0.0, 1.0)) {
             2
         } else {
@@ -407,9 +428,47 @@ mod tests {
             fanout: 2,
             retry_rate: 0.0,
             seed: 7,
+            width: 1,
         };
         let trace = Generator::new(shape, 0).trace();
         assert_eq!(trace.len(), 1 + 4 + 8 + 4);
         assert_eq!(Generator::new(shape, 0).trace(), trace, "seeded");
+    }
+
+    /// A width spreads the same traces over many services: every caller of a CLIENT span
+    /// is the service of the SERVER span it is under, and 200 traces of width 50 reach
+    /// more than 100 gateway -> orders pairs.
+    #[test]
+    fn width_spreads_traces_over_many_services() {
+        let shape = Shape {
+            width: 50,
+            ..Shape::default()
+        };
+        let mut generator = Generator::new(shape, 0);
+        let mut pairs = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let trace = generator.trace();
+            let service_of: HashMap<&[u8], &str> = trace
+                .iter()
+                .map(|(s, span)| (span.span_id.as_slice(), s.as_str()))
+                .collect();
+            for (service, span) in &trace {
+                if span.kind == SERVER
+                    && let Some(caller_span) =
+                        trace.iter().find(|(_, c)| c.span_id == span.parent_span_id)
+                {
+                    assert_eq!(
+                        service_of[caller_span.1.parent_span_id.as_slice()],
+                        caller_span.0
+                    );
+                    pairs.insert((caller_span.0.clone(), service.clone()));
+                }
+            }
+        }
+        let gateway_orders = pairs
+            .iter()
+            .filter(|(a, b)| a.starts_with("gateway-w") && b.starts_with("orders-w"))
+            .count();
+        assert!(gateway_orders > 100, "{gateway_orders}");
     }
 }

@@ -73,43 +73,6 @@ impl Default for Params {
 pub struct WindowContext {
     pub servers: Vec<String>,
     pub clocks: ClockBounds,
-    /// The deadline values each edge's attempts carried most often: the candidate timeouts
-    /// `partial_tail` counts durations against (`window_timeouts`).
-    pub timeouts: TimeoutCandidates,
-}
-
-/// Candidate timeouts per edge (caller, callee, operation, deadline value), each once: a
-/// hash set, as a window of many edges adds thousands per chunk.
-#[derive(Clone, Debug, Default)]
-pub struct TimeoutCandidates {
-    seen: std::collections::HashSet<(String, String, String, u64)>,
-}
-
-impl TimeoutCandidates {
-    /// Add one candidate (a second time is a no-op).
-    pub fn add(&mut self, caller: String, callee: String, operation: String, deadline_ms: f64) {
-        self.seen
-            .insert((caller, callee, operation, deadline_ms.to_bits()));
-    }
-
-    /// Add every candidate of `other`.
-    pub fn extend(&mut self, other: &TimeoutCandidates) {
-        self.seen.extend(other.seen.iter().cloned());
-    }
-
-    pub fn len(&self) -> usize {
-        self.seen.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&str, &str, &str, f64)> {
-        self.seen
-            .iter()
-            .map(|(a, b, c, v)| (a.as_str(), b.as_str(), c.as_str(), f64::from_bits(*v)))
-    }
 }
 
 impl Params {
@@ -172,24 +135,6 @@ impl Partials {
 
     pub(crate) fn table(&self, name: &str) -> Option<&Table> {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
-    }
-
-    /// Add this interval's candidate timeouts (`partial_timeout_values`: edge, value) to
-    /// `into`.
-    pub fn timeouts_into(&self, into: &mut TimeoutCandidates) {
-        #[derive(Deserialize)]
-        struct Row {
-            caller: String,
-            callee: String,
-            operation: String,
-            deadline_ms: f64,
-        }
-        let Some(table) = self.table("partial_timeout_values") else {
-            return;
-        };
-        for r in rows::<Row>(table) {
-            into.add(r.caller, r.callee, r.operation, r.deadline_ms);
-        }
     }
 
     /// Intersect this interval's clock bounds (`partial_clock_skew`) into `bounds`.
@@ -434,10 +379,6 @@ impl Engine {
                     ("clock_pairs", CLOCK_PAIRS_SCHEMA.clone()),
                     ("params", self.params.batch().schema()),
                     ("window_servers", window_servers(&[]).schema()),
-                    (
-                        "window_timeouts",
-                        window_timeouts(&TimeoutCandidates::default()).schema(),
-                    ),
                 ];
                 Plans::new(ctx, &inputs).await
             })
@@ -487,7 +428,6 @@ impl Engine {
         loaded.fill("clock_pairs", vec![clock_pairs])?;
         loaded.fill("params", vec![self.params.batch()])?;
         loaded.fill("window_servers", vec![window_servers(&window.servers)])?;
-        loaded.fill("window_timeouts", vec![window_timeouts(&window.timeouts)])?;
         Ok(loaded)
     }
 
@@ -662,29 +602,6 @@ fn same_type(read: &DataType, expected: &DataType) -> bool {
                     .all(|(a, b)| a.name() == b.name() && same_type(a.data_type(), b.data_type()))
         }
         _ => read == expected,
-    }
-}
-
-/// The `window_timeouts` table: (caller, callee, operation, deadline_ms) per row.
-fn window_timeouts(timeouts: &TimeoutCandidates) -> RecordBatch {
-    let schema = Schema::new(vec![
-        Field::new("caller", DataType::Utf8, false),
-        Field::new("callee", DataType::Utf8, false),
-        Field::new("operation", DataType::Utf8, false),
-        Field::new("deadline_ms", DataType::Float64, false),
-    ]);
-    let column = |pick: for<'a> fn((&'a str, &'a str, &'a str, f64)) -> &'a str| {
-        Arc::new(StringArray::from_iter_values(timeouts.iter().map(pick))) as _
-    };
-    let columns = vec![
-        column(|c| c.0),
-        column(|c| c.1),
-        column(|c| c.2),
-        Arc::new(Float64Array::from_iter_values(timeouts.iter().map(|c| c.3))) as _,
-    ];
-    match RecordBatch::try_new(Arc::new(schema), columns) {
-        Ok(batch) => batch,
-        Err(e) => unreachable!("four columns match their schema: {e}"),
     }
 }
 

@@ -44,8 +44,8 @@ pub use metrics::AnalysisMetrics;
 
 use crate::alerts::{self, AlertThresholds};
 use crate::clock::ClockBounds;
-use crate::engine::{AnalysisError, Engine, Partials, TimeoutCandidates, WindowContext};
-use crate::report::{Report, ReportConfig, WindowBounds};
+use crate::engine::{AnalysisError, Engine, Partials, WindowContext};
+use crate::report::{Finding, Report, ReportConfig, WindowBounds};
 
 /// Told about every analysed interval: its partials (what this interval added, for
 /// counters) and the window's new report (for gauges and alerts). Called on the analysis
@@ -68,29 +68,26 @@ struct Interval {
     start: SystemTime,
     end: SystemTime,
     partials: Arc<Partials>,
-    learned: ClocksAndTimeouts,
+    learned: Learned,
     _reservation: Reservation,
 }
 
-/// What later chunks of the window need from a chunk's partials (clock bounds, candidate
-/// timeouts), read once when the chunk is analysed rather than again for every chunk after.
+/// What later chunks of the window need from a chunk's partials (its clock bounds), read
+/// once when the chunk is analysed rather than again for every chunk after.
 #[derive(Default)]
-struct ClocksAndTimeouts {
+struct Learned {
     clocks: ClockBounds,
-    timeouts: TimeoutCandidates,
 }
 
-impl ClocksAndTimeouts {
+impl Learned {
     fn add(&mut self, partials: &Partials) {
         partials.clock_bounds_into(&mut self.clocks);
-        partials.timeouts_into(&mut self.timeouts);
     }
 
     fn merge_into(&self, context: &mut WindowContext) {
         for (pair, bound) in &self.clocks {
             crate::clock::add(&mut context.clocks, pair.clone(), *bound);
         }
-        context.timeouts.extend(&self.timeouts);
     }
 }
 
@@ -114,7 +111,7 @@ struct Queue {
 struct FillingInterval {
     start: SystemTime,
     chunks: Vec<Partials>,
-    learned: ClocksAndTimeouts,
+    learned: Learned,
 }
 
 /// The live analysis: a [`TraceSink`] plus the worker.
@@ -137,9 +134,9 @@ pub struct LiveAnalysis {
     /// Late SERVER spans since the last interval (their durations only are analysed).
     late_servers: Mutex<Vec<(RecordBatch, Reservation)>>,
     latest: RwLock<Arc<Report>>,
-    /// The latest report before its findings were bounded, with the window it was built
-    /// from: a window that holds the same data reuses it (see `rebuild_report`).
-    built: Mutex<Option<(WindowKey, Arc<Report>)>>,
+    /// The window the latest report was built from, and its findings before they were
+    /// bounded: a window that holds the same data reuses that report (see `rebuild_report`).
+    built: Mutex<Option<(WindowKey, Vec<Finding>)>>,
     observers: Vec<Arc<dyn IntervalObserver>>,
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -197,7 +194,7 @@ impl LiveAnalysis {
             filling: tokio::sync::Mutex::new(FillingInterval {
                 start: SystemTime::now(),
                 chunks: Vec::new(),
-                learned: ClocksAndTimeouts::default(),
+                learned: Learned::default(),
             }),
             servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
@@ -302,7 +299,7 @@ impl LiveAnalysis {
         start: SystemTime,
         end: SystemTime,
         partials: Arc<Partials>,
-        learned: ClocksAndTimeouts,
+        learned: Learned,
         now: SystemTime,
     ) {
         let reservation = self.budget.force(partials.memory_bytes());
@@ -351,18 +348,20 @@ impl LiveAnalysis {
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .filter(|(built, _)| *built == key)
-            .map(|(_, report)| report.clone());
+            .map(|(_, findings)| findings.clone());
         let mut report = match reused {
-            Some(built) => {
-                let mut report = (*built).clone();
+            Some(findings) => {
+                let mut report = (*self.report()).clone();
                 report.window = Report::window_of(&window, bounds);
+                report.findings = findings;
                 report
             }
             None => {
-                let report = Report::build(&self.engine, &window, bounds).await?;
+                let mut report = Report::build(&self.engine, &window, bounds).await?;
                 self.metrics.builds.inc();
+                report.figures = Some(self.metrics.builds.get());
                 *self.built.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((key, Arc::new(report.clone())));
+                    Some((key, report.findings.clone()));
                 report
             }
         };
@@ -404,7 +403,7 @@ impl LiveAnalysis {
                 .unwrap_or(UNIX_EPOCH);
             let start = end.checked_sub(interval).unwrap_or(UNIX_EPOCH);
             let mut chunks = Vec::new();
-            let mut learned = ClocksAndTimeouts::default();
+            let mut learned = Learned::default();
             let mut rows: Vec<u32> = Vec::new();
             let mut traces = traces.into_iter().peekable();
             while let Some(trace) = traces.next() {
@@ -534,7 +533,7 @@ impl LiveAnalysis {
     }
 
     /// What the next chunk needs from the window: the services seen serving, and the clock
-    /// bounds and candidate timeouts of the window's intervals and of the current one's
+    /// bounds of the window's intervals and of the current one's
     /// chunks so far.
     async fn window_context(&self) -> WindowContext {
         let servers: Vec<String> = self

@@ -65,6 +65,9 @@ struct State {
     /// Increments of series created in the last interval, applied at the next one.
     deferred: Vec<(usize, Key, f64)>,
     deferred_histograms: Vec<(usize, Key, Buckets)>,
+    /// The figures the gauges hold ([`Report::figures`]); a report of the same figures
+    /// leaves them as they are.
+    gauges_of: Option<u64>,
 }
 
 /// Self-metrics of the exporter.
@@ -383,8 +386,12 @@ impl FigureMetrics {
         }
     }
 
-    /// Replace the gauges with the figures of a window's report.
+    /// Replace the gauges with the figures of a window's report (unless they already hold
+    /// them: an idle window's reused report).
     pub fn set_window(&self, report: &Report) {
+        if report.figures.is_some() && self.lock().gauges_of == report.figures {
+            return;
+        }
         let mut gauges: Vec<Family> = GAUGES.iter().map(|_| Family::default()).collect();
         let mut set = |family: Gauge, labels: Vec<String>, v: Option<f64>| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
@@ -454,7 +461,9 @@ impl FigureMetrics {
                 .with_label_values(&[spec.name])
                 .set(i64::try_from(dropped).unwrap_or(i64::MAX));
         }
-        self.lock().gauges = gauges;
+        let mut state = self.lock();
+        state.gauges = gauges;
+        state.gauges_of = report.figures;
     }
 
     fn families(&self) -> Vec<MetricFamily> {
