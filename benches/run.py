@@ -13,6 +13,7 @@ and the DataFusion analysis of every span (full analytics on).
 """
 
 import argparse
+import collections
 import glob
 import json
 import os
@@ -119,9 +120,9 @@ def thread_cpu_seconds(pid, prefix):
     return sum(seconds for seconds, name in threads if name.startswith(prefix))
 
 
-def metrics(api):
+def metrics(api, timeout=5):
     """Prometheus exposition as {name: sum over series}."""
-    text = urllib.request.urlopen(f"http://{api}/metrics", timeout=5).read().decode()
+    text = urllib.request.urlopen(f"http://{api}/metrics", timeout=timeout).read().decode()
     out = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -373,6 +374,143 @@ def bench_sql(sg, python, parquet, args):
     return results
 
 
+def measured(command):
+    """Wall seconds, peak resident bytes and stdout of one run of `command`."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{command} exited {proc.returncode}")
+    return time.perf_counter() - started, usage.ru_maxrss * 1024, out
+
+
+def width_offline(sg, args, cache):
+    """`analyze` of a narrow and a wide mesh of the same span count, interleaved rounds."""
+    files = {}
+    for w in (1, args.width):
+        path = os.path.join(cache, f"width-{w}-{args.width_spans}.parquet")
+        if not os.path.exists(path):
+            print(f"width: writing {args.width_spans} spans of width {w} to {path} ...",
+                  file=sys.stderr)
+            subprocess.run([sg, "load", "--write-parquet", path, "--spans", str(args.width_spans),
+                            "--width", str(w)], check=True, capture_output=True)
+        files[w] = path
+    runs = {w: [] for w in files}
+    for i in range(args.rounds):
+        for w, path in files.items():
+            print(f"width: round {i + 1}/{args.rounds}, analyze width {w} ...", file=sys.stderr)
+            seconds, rss, out = measured([sg, "analyze", path, "--format", "json"])
+            runs[w].append((seconds, rss, len(out.encode()), json.loads(out)))
+    result = {}
+    for w, rs in runs.items():
+        seconds = statistics.median(r[0] for r in rs)
+        report = rs[-1][3]
+        result[w] = dict(seconds=seconds, rss=max(r[1] for r in rs), json_bytes=rs[-1][2],
+                         spans=report["window"]["spans"], edges=report["listing"]["edges"],
+                         findings=sum(t["findings"] for t in report.get("finding_totals", [])),
+                         listed=len(report["findings"]),
+                         alerts=max(collections.Counter(a["name"] for a in report["alerts"]).values(),
+                                    default=0))
+    return result
+
+
+def width_live(sg, args, w):
+    """`serve` fed a mesh of width `w`: series and sizes once analysed, then its CPU over
+    20 s while nothing arrives, once two intervals have finished after the analysis."""
+    grpc, http, api = free_port(), free_port(), free_port()
+    env = dict(os.environ, RUST_LOG="warn", STORMGLASS_ASSEMBLY__IDLE="2s")
+    server = subprocess.Popen(
+        [sg, "serve", "--grpc-listen", f"127.0.0.1:{grpc}", "--http-listen", f"127.0.0.1:{http}",
+         "--api-listen", f"127.0.0.1:{api}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_port(api)
+        payloads = max(16, args.width_spans // 600)
+        report = json.loads(subprocess.run(
+            [sg, "load", "--endpoint", f"127.0.0.1:{grpc}", "--json", "--duration", "10s",
+             "--concurrency", "16", "--payloads", str(payloads), "--width", str(w)],
+            check=True, capture_output=True, text=True).stdout)
+        deadline = time.time() + 600
+        while metrics(f"127.0.0.1:{api}", 120).get("stormglass_analysis_spans_total", 0) \
+                < report["accepted_spans"]:
+            if time.time() > deadline:
+                raise SystemExit("width: the spans were not analysed within 600 s")
+            time.sleep(0.5)
+        # Two more intervals finished: the last data's report is built (at width one build
+        # can outlast an interval), and one interval has passed with nothing new.
+        count = lambda: metrics(f"127.0.0.1:{api}", 120).get(
+            "stormglass_analysis_duration_seconds_count", 0)
+        target = count() + 2
+        while count() < target:
+            if time.time() > deadline:
+                raise SystemExit("width: two intervals did not finish within 600 s")
+            time.sleep(0.5)
+        before = cpu_seconds(server.pid)
+        time.sleep(20)
+        idle = (cpu_seconds(server.pid) - before) / 20
+        scraped = time.perf_counter()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{api}/metrics", timeout=120).read()
+        scrape = time.perf_counter() - scraped
+        series = sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
+        body = urllib.request.urlopen(f"http://127.0.0.1:{api}/api/v1/report", timeout=60).read()
+        return dict(spans=report["accepted_spans"], idle_cpu=idle, series=series, scrape=scrape,
+                    metrics_bytes=len(text), report_bytes=len(body),
+                    edges=json.loads(body)["listing"]["edges"], rss=peak_rss(server.pid))
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def width(sg, args, cache):
+    """The width table: the same span count over 1 and `args.width` services per layer."""
+    offline = width_offline(sg, args, cache)
+    live = {w: width_live(sg, args, w) for w in (1, args.width)}
+    n, wide = offline[1], offline[args.width]
+    per = lambda r: r["seconds"] / r["spans"] * 1e6
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"
+    rows = [
+        ("edges (caller, callee, operation)", f"{n['edges']:,}", f"{wide['edges']:,}", "", ""),
+        ("`analyze`, seconds per 1 M spans", f"{per(n):.2f}", f"{per(wide):.2f}",
+         f"{per(wide) / per(n):.2f}", "<= 2"),
+        ("`analyze`, peak resident memory", mib(n["rss"]), mib(wide["rss"]),
+         f"{wide['rss'] / n['rss']:.2f}", "wide < 1,536 MiB"),
+        ("`analyze --format json` (default listing)", mib(n["json_bytes"]),
+         mib(wide["json_bytes"]), "", "< 25 MiB"),
+        ("findings listed of all", f"{n['listed']:,} of {n['findings']:,}",
+         f"{wide['listed']:,} of {wide['findings']:,}", "", "<= 100 per kind"),
+        ("most instances of one alert", f"{n['alerts']}", f"{wide['alerts']}", "", "<= 50"),
+    ]
+    ln, lw = live[1], live[args.width]
+    rows += [
+        ("`serve`: edges in the window", f"{ln['edges']:,}", f"{lw['edges']:,}", "", ""),
+        ("`serve`: /metrics series", f"{ln['series']:,}", f"{lw['series']:,}", "", ""),
+        ("`serve`: /metrics size", mib(ln["metrics_bytes"]), mib(lw["metrics_bytes"]), "", ""),
+        ("`serve`: one /metrics scrape, seconds", f"{ln['scrape']:.2f}", f"{lw['scrape']:.2f}", "",
+         "< 10 (Prometheus' default scrape timeout)"),
+        ("`serve`: /api/v1/report size", mib(ln["report_bytes"]), mib(lw["report_bytes"]), "",
+         "< 25 MiB"),
+        ("`serve`: CPU while idle (cores)", f"{ln['idle_cpu']:.3f}",
+         f"{lw['idle_cpu']:.3f}", "", "~0 cores"),
+        ("`serve`: peak resident memory", mib(ln["rss"]), mib(lw["rss"]),
+         f"{lw['rss'] / ln['rss']:.2f}", "<= limits.memory + 15%"),
+    ]
+    lines = [
+        "",
+        "### Width",
+        "",
+        f"The same synthetic traces (`stormglass load --width`, depth 4, 10% retried) over 1 and "
+        f"{args.width} services per layer: {args.width_spans:,} spans in a Parquet file for "
+        f"`analyze` (median of {args.rounds} interleaved rounds), and 10 s of `stormglass load` "
+        f"(16 in flight) into `serve` on its defaults for the live rows.",
+        "",
+        f"| measure | width 1 | width {args.width} | ratio | target |",
+        "|---|---|---|---|---|",
+    ] + [f"| {' | '.join(r)} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def machine():
     cpu = "unknown CPU"
     with open("/proc/cpuinfo") as f:
@@ -402,9 +540,25 @@ def main():
                              "shows the round with the median ratio, and lists every round")
     parser.add_argument("--parts", default="throughput,detection",
                         help="throughput (Rotel, DuckDB), detection (alert to Alertmanager), "
-                             "or both, comma-separated")
+                             "width (a narrow and a wide mesh), comma-separated")
+    parser.add_argument("--width", type=int, default=3000,
+                        help="services per layer of the wide mesh (the width part)")
+    parser.add_argument("--width-spans", type=int, default=456_000,
+                        help="spans of each mesh (the width part)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
+    if parts == {"width"}:
+        cache = os.path.dirname(os.path.abspath(args.parquet))
+        text = width(args.stormglass, args, cache)
+        if os.path.exists(args.out):
+            # Keep the other tables; replace only the width one.
+            with open(args.out) as f:
+                kept = f.read().split("\n### Width")[0].rstrip("\n") + "\n"
+            text = kept + text
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(text)
+        return
     text = ""
     if "throughput" in parts:
         text, capacity = throughput(args)
@@ -417,6 +571,8 @@ def main():
             with open(args.out) as f:
                 text = f.read().split("\n### Detection time")[0].rstrip("\n") + "\n"
         text += detection(args.stormglass, capacity)
+    if "width" in parts:
+        text += width(args.stormglass, args, os.path.dirname(os.path.abspath(args.parquet)))
     with open(args.out, "w") as f:
         f.write(text)
     print(text)

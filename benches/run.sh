@@ -7,6 +7,7 @@
 #   bash benches/run.sh                      # defaults: 20 s per server, 64 in flight, 3 rounds
 #   DURATION=30s SPANS=2000000 ROUNDS=5 bash benches/run.sh
 #   PARTS=detection bash benches/run.sh      # only the detection table (~10 min)
+#   PARTS=width bash benches/run.sh          # only the width table: 1 vs WIDTH=3000 services per layer
 #
 # Installs what it needs when missing: rotel-agent from PyPI's `rotel` wheel and DuckDB in a
 # virtualenv, both under $BENCH_CACHE; Debian's prometheus-alertmanager. Builds the release
@@ -47,5 +48,6 @@ exec python3 "$root/benches/run.py" \
   --stormglass "$stormglass" --rotel "$rotel" --python "$python" \
   --parquet "$cache/spans-$spans.parquet" --spans "$spans" \
   --duration "${DURATION:-20s}" --concurrency "${CONCURRENCY:-64}" --rounds "${ROUNDS:-3}" \
-  --parts "${PARTS:-throughput,detection}" \
+  --parts "${PARTS:-throughput,detection}" --width "${WIDTH:-3000}" \
+  --width-spans "${WIDTH_SPANS:-456000}" \
   --out "${OUT:-$root/benches/latest.md}"
