@@ -142,6 +142,9 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
             "http.request.resend_count",
             "rpc.grpc.previous_rpc_attempts",
             "previous-rpc-attempts",
+            // gRPC's own metadata on a retried or hedged attempt, as instrumentations that
+            // capture request metadata record it (a string array).
+            "rpc.grpc.request.metadata.grpc-previous-rpc-attempts",
         ],
     ),
     (

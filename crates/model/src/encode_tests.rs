@@ -249,6 +249,42 @@ fn attempt_numbers_in_any_integral_form() {
     assert_eq!(malformed, vec![("attempt", 2)]);
 }
 
+/// A proxy's and gRPC's own counts as captured headers and metadata (string arrays):
+/// Envoy's `x-envoy-attempt-count` counts from 1, gRPC's `grpc-previous-rpc-attempts` is the
+/// attempt number itself.
+#[test]
+fn attempt_numbers_from_proxy_headers_and_grpc_metadata() {
+    let spans = vec![
+        span(
+            1,
+            1,
+            "a",
+            2,
+            0,
+            1,
+            vec![kv_strings("http.request.header.x-envoy-attempt-count", &["3"])],
+        ),
+        span(
+            1,
+            2,
+            "b",
+            2,
+            0,
+            1,
+            vec![kv_strings(
+                "rpc.grpc.request.metadata.grpc-previous-rpc-attempts",
+                &["2"],
+            )],
+        ),
+    ];
+    let (batch, _) = encode(&request(vec![("svc", spans)]));
+    let a = batch
+        .column_by_name(col::ATTEMPT)
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    assert_eq!((a.value(0), a.value(1)), (2, 2));
+}
+
 /// gRPC codes as numbers or names, business error codes and resource defaults.
 #[test]
 fn outcome_signals_from_attributes() {
