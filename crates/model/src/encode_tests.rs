@@ -262,7 +262,10 @@ fn attempt_numbers_from_proxy_headers_and_grpc_metadata() {
             2,
             0,
             1,
-            vec![kv_strings("http.request.header.x-envoy-attempt-count", &["3"])],
+            vec![kv_strings(
+                "http.request.header.x-envoy-attempt-count",
+                &["3"],
+            )],
         ),
         span(
             1,

@@ -2,7 +2,8 @@ use std::time::Duration;
 
 use super::*;
 
-/// The example configuration (docs/configuration.md shows an excerpt), every key at its default.
+/// The example configuration (docs/configuration.md shows an excerpt), every key at its
+/// default, or commented out where unset by default.
 const EXAMPLE_YAML: &str = include_str!("../../stormglass.example.yaml");
 
 fn write(name: &str, text: &str) -> std::path::PathBuf {
@@ -249,4 +250,100 @@ fn unknown_file_format() {
     let path = write("c.json", "{}");
     let errors = load(Some(&path), [], &vec![]).unwrap_err();
     assert!(errors.0[0].1.contains(".yaml, .yml or .toml"));
+}
+
+/// The field names a section's `Deserialize` declares (what `deserialize_struct` is given).
+fn fields_of<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
+    use serde::de::{Error as _, Visitor, value::Error};
+    struct Probe<'a>(&'a mut Vec<&'static str>);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+            Err(Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Error> {
+            self.0.extend_from_slice(fields);
+            Err(Error::custom("probed"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut fields = Vec::new();
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// Every key of every section is in the example file, shown (or commented out, for those
+/// unset by default) at two spaces' indent, and the example shows no key the sections lack:
+/// a key added to a section without its line in the example fails here.
+#[test]
+fn example_config_shows_every_key_and_no_other() {
+    let sections: Vec<(&str, Vec<&str>)> = vec![
+        ("listen", fields_of::<ListenConfig>()),
+        ("limits", fields_of::<LimitsConfig>()),
+        ("assembly", fields_of::<AssemblyConfig>()),
+        ("analytics", fields_of::<AnalyticsConfig>()),
+        ("advice", fields_of::<AdviceConfig>()),
+        ("orphans", fields_of::<OrphansConfig>()),
+        ("deadlines", fields_of::<DeadlinesConfig>()),
+        ("clocks", fields_of::<ClocksConfig>()),
+        ("retries", fields_of::<RetriesConfig>()),
+        ("sampling", fields_of::<SamplingConfig>()),
+        ("shutdown", fields_of::<ShutdownConfig>()),
+        ("archive", fields_of::<ArchiveConfig>()),
+        ("tls", fields_of::<TlsConfig>()),
+        ("auth", fields_of::<AuthConfig>()),
+        ("links", fields_of::<LinksConfig>()),
+        ("report", fields_of::<ReportConfig>()),
+        (
+            "alerts",
+            [fields_of::<AlertThresholds>(), fields_of::<NotifyConfig>()].concat(),
+        ),
+    ];
+    assert_eq!(
+        sections.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        SECTIONS.to_vec(),
+        "every section, in the example's order"
+    );
+    // Keys in the example: `  key:` or `  # key:` under each top-level `section:` line.
+    let mut shown: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut current = None;
+    for line in EXAMPLE_YAML.lines() {
+        if let Some((name, _)) = line.split_once(':')
+            && !line.starts_with([' ', '#'])
+        {
+            current = Some(name);
+            continue;
+        }
+        let Some(section) = current else { continue };
+        let key = line
+            .strip_prefix("  ")
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .filter(|l| !l.starts_with(' '))
+            .and_then(|l| l.split_once(':'))
+            .map(|(k, _)| k)
+            .filter(|k| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        if let Some(key) = key {
+            shown.entry(section).or_default().push(key);
+        }
+    }
+    for (section, fields) in &sections {
+        let mut expected: Vec<&str> = fields.clone();
+        expected.sort_unstable();
+        let mut got = shown.get(section).cloned().unwrap_or_default();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(
+            got, expected,
+            "keys of `{section}` in stormglass.example.yaml"
+        );
+    }
 }
