@@ -182,7 +182,10 @@ impl Partials {
 
     /// Each table as one batch with buffers of exact size: DataFusion's output batches
     /// carry spare capacity (a few hundred KiB per table), which a window of many chunks
-    /// would otherwise hold for its whole length.
+    /// would otherwise hold for its whole length. String columns are dictionary-encoded
+    /// where that is smaller: a wide window's partials repeat each caller, callee and
+    /// operation on every row of theirs, and the window holds an interval's worth of them
+    /// per interval.
     pub fn compact(mut self) -> Partials {
         for (_, table) in &mut self.tables {
             let rows = table.rows();
@@ -190,17 +193,19 @@ impl Partials {
                 table.batches.clear();
                 continue;
             }
-            let schema = table
-                .batches
-                .first()
-                .map_or(table.schema.clone(), RecordBatch::schema);
-            let all = 0..u32::try_from(rows).unwrap_or(u32::MAX);
-            let exact = arrow::compute::concat_batches(&schema, &table.batches).and_then(|one| {
+            let plain: Result<Vec<RecordBatch>, _> = table.batches.iter().map(plain).collect();
+            let exact = plain.and_then(|batches| {
+                let schema = batches
+                    .first()
+                    .map_or(table.schema.clone(), RecordBatch::schema);
+                let one = arrow::compute::concat_batches(&schema, &batches)?;
                 // `take` allocates exactly what the rows need (concat of one batch does not copy).
-                arrow::compute::take_record_batch(
+                let all = 0..u32::try_from(rows).unwrap_or(u32::MAX);
+                let exact = arrow::compute::take_record_batch(
                     &one,
                     &arrow::array::UInt32Array::from_iter_values(all),
-                )
+                )?;
+                dictionary_encoded(&exact)
             });
             if let Ok(one) = exact {
                 table.batches = vec![one];
@@ -222,6 +227,60 @@ impl Partials {
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
+}
+
+/// `batch` with its dictionary-encoded and view string columns as plain `Utf8`, so batches
+/// of one table compacted at different times concatenate.
+fn plain(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let strings = |t: &DataType| match t {
+        DataType::Utf8View => true,
+        DataType::Dictionary(_, values) => **values == DataType::Utf8,
+        _ => false,
+    };
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| strings(f.data_type()))
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        if strings(field.data_type()) {
+            columns.push(arrow::compute::cast(column, &DataType::Utf8)?);
+            fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
+        } else {
+            columns.push(column.clone());
+            fields.push(field.as_ref().clone());
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+}
+
+/// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
+fn dictionary_encoded(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let encoded = (field.data_type() == &DataType::Utf8)
+            .then(|| arrow::compute::cast(column, &dictionary))
+            .transpose()?
+            .filter(|e| e.get_array_memory_size() < column.get_array_memory_size());
+        match encoded {
+            Some(encoded) => {
+                columns.push(encoded);
+                fields.push(field.as_ref().clone().with_data_type(dictionary.clone()));
+            }
+            None => {
+                columns.push(column.clone());
+                fields.push(field.as_ref().clone());
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// Runs the analysis queries. Clones share one set of plans (and DataFusion memory pool),
