@@ -1,8 +1,8 @@
 //! Golden results of every query on the fixtures: each table every query produces is
-//! rendered one record per line (`column=value`, separated by two spaces; floats to six
-//! significant digits; `null` where there is no value), the lines sorted so plan order
-//! cannot matter, and compared with tests/golden/<fixture>/<table>.txt. A changed figure
-//! shows in a diff as its record's line.
+//! rendered record by record, one `column=value` line per field prefixed by the record's
+//! key (floats to six significant digits; `null` where there is no value), the records
+//! sorted so plan order cannot matter, and compared with tests/golden/<fixture>/<table>.txt.
+//! A changed figure shows in a diff as one line naming its record and column.
 //!
 //! After an intended change, regenerate with
 //! `STORMGLASS_BLESS=1 cargo nextest run --workspace -E 'binary(golden)'`
@@ -77,9 +77,12 @@ async fn check(name: &str, build: fn(&mut Spans, u32)) {
     );
 }
 
-/// The batches' rows, one line each, sorted; an empty table is one line saying so.
+/// The batches' rows, sorted (by their whole rendering, so plan order cannot matter), each
+/// a block of one line per field named by the record's key (its leading string and id
+/// columns, at most three): `caller=a  callee=b  operation=op | retry_ratio=0.5`. A figure
+/// that moves is one line of the diff, saying whose. An empty table is one line saying so.
 fn records(batches: &[RecordBatch]) -> String {
-    let mut lines = Vec::new();
+    let mut rows: Vec<Vec<(String, bool)>> = Vec::new();
     for batch in batches {
         let schema = batch.schema();
         let options = FormatOptions::default().with_null("null");
@@ -89,7 +92,7 @@ fn records(batches: &[RecordBatch]) -> String {
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
             .collect();
         for row in 0..batch.num_rows() {
-            let cells: Vec<String> = schema
+            let cells = schema
                 .fields()
                 .iter()
                 .zip(batch.columns())
@@ -101,17 +104,51 @@ fn records(batches: &[RecordBatch]) -> String {
                         }
                         _ => formatter.value(row).to_string(),
                     };
-                    format!("{}={value}", field.name())
+                    let key = matches!(
+                        column.data_type(),
+                        DataType::Utf8
+                            | DataType::Utf8View
+                            | DataType::Dictionary(..)
+                            | DataType::FixedSizeBinary(_)
+                            | DataType::Binary
+                    );
+                    (format!("{}={value}", field.name()), key)
                 })
                 .collect();
-            lines.push(cells.join("  "));
+            rows.push(cells);
         }
     }
-    if lines.is_empty() {
+    if rows.is_empty() {
         return "(no rows)\n".to_owned();
     }
-    lines.sort_unstable();
-    lines.join("\n") + "\n"
+    let whole = |row: &[(String, bool)]| {
+        row.iter()
+            .map(|(cell, _)| cell.as_str())
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    rows.sort_unstable_by_key(|row| whole(row));
+    let mut out = String::new();
+    for row in &rows {
+        let keys = row.iter().take(3).take_while(|(_, key)| *key).count();
+        let key = row[..keys]
+            .iter()
+            .map(|(cell, _)| cell.as_str())
+            .collect::<Vec<_>>()
+            .join("  ");
+        for (cell, _) in &row[keys..] {
+            if key.is_empty() {
+                out.push_str(&format!("{cell}\n"));
+            } else {
+                out.push_str(&format!("{key} | {cell}\n"));
+            }
+        }
+        if keys == row.len() {
+            out.push_str(&format!("{key}\n"));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// A float to six significant digits, without trailing zeros: the accuracy no figure
