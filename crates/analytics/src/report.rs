@@ -170,10 +170,18 @@ pub struct LayerFigures {
     /// `deadline`; null when it received none.
     #[serde(default)]
     pub timeout_rate: Option<f64>,
-    /// The layer's latency per operation it served (`layer_operations.sql`).
+    /// The layer's latency per operation it served (`layer_operations.sql`): its
+    /// [`MAX_LISTED_OPERATIONS`] busiest, by name.
     #[serde(default)]
     pub operations: Vec<OperationLatency>,
+    /// How many operations the layer served (`operations` lists at most
+    /// [`MAX_LISTED_OPERATIONS`]).
+    #[serde(default)]
+    pub operations_total: u64,
 }
+
+/// At most this many operations are listed per layer (the most requested); all are counted.
+pub const MAX_LISTED_OPERATIONS: usize = 50;
 
 /// One operation of a layer: its requests and latency quantiles (ms, within 2%).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -667,6 +675,18 @@ impl Report {
         for row in rows::<Operation>(&table(&ctx, "layer_operations").await?) {
             if let Some(&i) = by_service.get(&row.service) {
                 layers[i].operations.push(row.latency);
+            }
+        }
+        for layer in &mut layers {
+            layer.operations_total = layer.operations.len() as u64;
+            if layer.operations.len() > MAX_LISTED_OPERATIONS {
+                layer
+                    .operations
+                    .sort_by_key(|o| std::cmp::Reverse(o.requests));
+                layer.operations.truncate(MAX_LISTED_OPERATIONS);
+                layer
+                    .operations
+                    .sort_by(|a, b| a.operation.cmp(&b.operation));
             }
         }
         let mut entries: Vec<EntryFigures> = rows(&table(&ctx, "entry_operations").await?);

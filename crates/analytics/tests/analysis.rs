@@ -416,6 +416,37 @@ async fn timeouts_are_judged_against_the_operation_they_guard() {
     assert!(detail.contains("the callee layer's"), "{detail}");
 }
 
+/// A layer lists at most 50 operations, the most requested, and counts them all: api
+/// serves 60, the first 10 twice (each a root SERVER span of its own trace).
+#[tokio::test]
+async fn a_layer_lists_its_busiest_operations_and_counts_all() {
+    let mut s = Spans::default();
+    let mut trace = 0;
+    for op in 0..60u32 {
+        for _ in 0..(if op < 10 { 2 } else { 1 }) {
+            trace += 1;
+            s.server(trace, "api", &format!("GET /op{op:02}"))
+                .at(0.0, 5.0)
+                .with(vec![fixtures::route(&format!("/op{op:02}"))])
+                .add();
+        }
+    }
+    let r = report(&s).await;
+    let api = layer(&r, "api");
+    assert_eq!(api.operations_total, 60);
+    assert_eq!(api.operations.len(), 50);
+    for op in 0..10 {
+        let name = format!("/op{op:02}");
+        assert!(
+            api.operations
+                .iter()
+                .any(|o| o.operation == name && o.requests == 2),
+            "{name}: {:?}",
+            api.operations
+        );
+    }
+}
+
 /// A 100 ms timeout over a callee that answers 5 of 20 calls in 180 ms kills 0.25 of them;
 /// a 300 ms timeout over a 250 ms P99.9 kills none but has no margin (recommended 375 ms).
 #[tokio::test]

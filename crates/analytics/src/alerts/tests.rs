@@ -48,6 +48,7 @@ fn layer(service: &str, requests: u64, p99_ms: f64, p999_ms: f64) -> LayerFigure
         tail_ratio: Some(p999_ms / p99_ms),
         timeout_rate: None,
         operations: Vec::new(),
+        operations_total: 0,
     }
 }
 
