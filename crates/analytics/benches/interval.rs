@@ -257,7 +257,7 @@ fn main() {
     let analyse = started.elapsed();
     let partials = Partials::concat(analysed)
         .expect("at least one chunk")
-        .compact();
+        .compact_for_window();
     // A 5-minute window: the same interval's partials 30 times (shared, not copied).
     let partials = Arc::new(partials);
     let window: Vec<_> = (0..30).map(|_| partials.clone()).collect();

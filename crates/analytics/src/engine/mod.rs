@@ -182,11 +182,20 @@ impl Partials {
 
     /// Each table as one batch with buffers of exact size: DataFusion's output batches
     /// carry spare capacity (a few hundred KiB per table), which a window of many chunks
-    /// would otherwise hold for its whole length. String columns are dictionary-encoded
-    /// where that is smaller: a wide window's partials repeat each caller, callee and
-    /// operation on every row of theirs, and the window holds an interval's worth of them
-    /// per interval.
-    pub fn compact(mut self) -> Partials {
+    /// would otherwise hold for its whole length.
+    pub fn compact(self) -> Partials {
+        self.compacted(false)
+    }
+
+    /// [`Partials::compact`], and string columns dictionary-encoded where that is smaller:
+    /// for what the window keeps, one interval's partials per interval, whose rows at width
+    /// repeat each caller, callee and operation (a chunk's are concatenated into their
+    /// interval first, so they are left plain).
+    pub fn compact_for_window(self) -> Partials {
+        self.compacted(true)
+    }
+
+    fn compacted(mut self, encode: bool) -> Partials {
         for (_, table) in &mut self.tables {
             let rows = table.rows();
             if rows == 0 {
@@ -205,7 +214,11 @@ impl Partials {
                     &one,
                     &arrow::array::UInt32Array::from_iter_values(all),
                 )?;
-                dictionary_encoded(&exact)
+                if encode {
+                    dictionary_encoded(&exact)
+                } else {
+                    Ok(exact)
+                }
             });
             if let Ok(one) = exact {
                 table.batches = vec![one];

@@ -278,7 +278,7 @@ impl LiveAnalysis {
                     .await?
             }
         };
-        let partials = Arc::new(self.with_late_latency(partials).await.compact());
+        let partials = Arc::new(self.with_late_latency(partials).await.compact_for_window());
         self.add_to_window(start, now, partials.clone(), learned, now);
         let report = self.rebuild_report().await?;
         {
@@ -430,7 +430,13 @@ impl LiveAnalysis {
                 chunks.push(partials.compact());
             }
             if let Some(partials) = Partials::concat(chunks) {
-                self.add_to_window(start, end, Arc::new(partials.compact()), learned, now);
+                self.add_to_window(
+                    start,
+                    end,
+                    Arc::new(partials.compact_for_window()),
+                    learned,
+                    now,
+                );
             }
         }
         let report = self.rebuild_report().await?;
