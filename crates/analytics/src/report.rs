@@ -466,6 +466,15 @@ impl Report {
         let mut edges: Vec<&EdgeFigures> =
             self.edges.iter().filter(|e| selection.edge(e)).collect();
         let edge_total = edges.len();
+        // Around a service, its own layer; around a caller or callee, the layers the
+        // selected calls reach (all of them, before the limit).
+        let services: Option<HashSet<&str>> = selection.filtered().then(|| {
+            edges
+                .iter()
+                .flat_map(|e| [e.caller.as_str(), e.callee.as_str()])
+                .chain(selection.service.as_deref())
+                .collect()
+        });
         let limit = selection.limit.unwrap_or(usize::MAX);
         if edges.len() > limit {
             edges.sort_by_key(|e| std::cmp::Reverse(edge_impact(e)));
@@ -478,18 +487,6 @@ impl Report {
             .iter()
             .map(|e| (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()))
             .collect();
-        // Around a service, its own layer; around a caller or callee, the layers the
-        // selected calls reach.
-        let services: Option<HashSet<&str>> = selection.filtered().then(|| {
-            let mut services: HashSet<&str> = self
-                .edges
-                .iter()
-                .filter(|e| selection.edge(e))
-                .flat_map(|e| [e.caller.as_str(), e.callee.as_str()])
-                .collect();
-            services.extend(selection.service.as_deref());
-            services
-        });
         let mut layers: Vec<&LayerFigures> = self
             .layers
             .iter()
