@@ -71,8 +71,10 @@
 -- hidden: read from a SERVER span without a number of its own (a re-send below the CLIENT
 -- span, or a call from an uninstrumented caller); inferred: joined to its call as an
 -- application loop's retry; hedged: a SERVER attempt started before an earlier attempt of
--- its call had ended (an attempt, not a retry: its cause is `hedge`, and the retry figures
--- leave it out). other_instance: a retry whose SERVER span ran on another instance
+-- its call had ended, read as a hedge (an attempt, not a retry: its cause is `hedge`, and
+-- the retry figures leave it out; see lineage/races.rs for when such an attempt is a retry
+-- after a per-try timeout instead). An attempt its caller abandoned while it ran has the
+-- caller's outcome (`deadline`, `cancelled`) and end. other_instance: a retry whose SERVER span ran on another instance
 -- (service.instance.id, else host.name) than the attempt before's (null when either is
 -- unknown or on first attempts).
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to

@@ -12,6 +12,7 @@ use arrow::array::RecordBatch;
 use fixtures::Spans;
 use stormglass_analytics::alerts::AlertThresholds;
 use stormglass_analytics::histogram::{bucket, bucket_ms};
+use stormglass_analytics::lineage::{Overlapping, RetryRules};
 use stormglass_analytics::report::{EdgeFigures, LayerFigures, Report, WindowBounds};
 use stormglass_analytics::{
     AnalysisMetrics, AnalyticsConfig, Engine, LiveAnalysis, ReleasedTraces, TraceSink, queries,
@@ -680,23 +681,82 @@ async fn healthy_chain_is_quiet() {
 }
 
 /// A proxy's re-send that overlaps the 503 it follows by half a millisecond is a retry,
-/// not a hedge; an attempt a per-try timeout abandoned, working on 200 ms past the call,
-/// does not bound the clocks: no skew is read between web and api (fixtures::proxy_resends).
+/// not a hedge; re-sends after a per-try timeout are retries with cause `deadline`, the
+/// tries given up on are timed out, orphans where the backend worked on, and bound no clock
+/// (fixtures::proxy_resends).
 #[tokio::test]
 async fn proxy_resends_are_retries_and_abandoned_attempts_bound_no_clock() {
     let mut s = Spans::default();
     fixtures::proxy_resends(&mut s, 1);
     let r = report(&s).await;
     let api = edge(&r, "web", "api");
-    assert_eq!((api.logical_calls, api.attempts), (2, 4), "{api:#?}");
+    assert_eq!((api.logical_calls, api.attempts), (3, 7), "{api:#?}");
     assert_eq!(
         (api.retry_attempts, api.hedged_attempts),
-        (1, 1),
+        (4, 0),
         "{api:#?}"
     );
     assert_eq!(api.retries_by_cause.get("unavailable"), Some(&1));
+    assert_eq!(api.retries_by_cause.get("deadline"), Some(&3));
+    assert!(near(api.attempt_success_rate, 2.0 / 7.0), "{api:#?}");
+    assert!(near(api.timeout_rate, 4.0 / 7.0), "{api:#?}");
+    assert!(near(api.raw_success_rate, 2.0 / 3.0), "{api:#?}");
+    assert_eq!(api.effective_success_rate, Some(0.0), "{api:#?}");
+    assert_eq!(api.orphan_pairs, 4);
+    assert!((api.orphan_work_seconds - 1.137).abs() < 1e-9, "{api:#?}");
     assert_eq!(api.clock_skew_ms.unwrap_or(0.0), 0.0, "{api:#?}");
     assert_eq!(findings(&r, "clock_skew"), 0);
+
+    // Told the edge hedges, the same spans read as hedges whose losers were cancelled.
+    let hedging = report_with(&s, HEDGING).await;
+    let api = edge(&hedging, "web", "api");
+    assert_eq!(
+        (api.retry_attempts, api.hedged_attempts),
+        (1, 3),
+        "{api:#?}"
+    );
+    assert_eq!(api.orphan_pairs, 4);
+}
+
+/// A hedging client's losers are abandoned, never successes, and orphans where their
+/// handlers worked on; a call answered by its first attempt while the hedge ran reads as
+/// hedged, one that looks like a per-try timeout as a retry unless told (fixtures::hedges).
+#[tokio::test]
+async fn hedge_losers_are_abandoned() {
+    let mut s = Spans::default();
+    fixtures::hedges(&mut s, 1);
+    let r = report(&s).await;
+    let search = edge(&r, "web", "search");
+    assert_eq!(
+        (
+            search.logical_calls,
+            search.attempts,
+            search.hidden_attempts
+        ),
+        (2, 4, 4),
+        "{search:#?}"
+    );
+    assert_eq!(
+        (search.retry_attempts, search.hedged_attempts),
+        (1, 1),
+        "{search:#?}"
+    );
+    assert_eq!(search.retries_by_cause.get("deadline"), Some(&1));
+    assert!(near(search.attempt_success_rate, 0.5), "{search:#?}");
+    assert!(near(search.raw_success_rate, 1.0), "{search:#?}");
+    assert!(near(search.effective_success_rate, 0.5), "{search:#?}");
+    assert_eq!(search.orphan_pairs, 2);
+    let work = search.orphan_work_seconds;
+    assert!((work - 0.378).abs() < 1e-9, "{search:#?}");
+    assert_eq!(search.clock_skew_ms.unwrap_or(0.0), 0.0, "{search:#?}");
+    assert_eq!(findings(&r, "clock_skew"), 0);
+
+    // Told the fleet hedges, both calls' overlapping attempts are hedges.
+    let hedging = report_with(&s, HEDGING).await;
+    let search = edge(&hedging, "web", "search");
+    assert_eq!((search.retry_attempts, search.hedged_attempts), (0, 2));
+    let work = search.orphan_work_seconds;
+    assert!((work - 0.34).abs() < 1e-9, "{search:#?}");
 }
 
 /// Retries nobody numbered (fixtures::hidden): re-sends below the CLIENT span, a hedge, a
@@ -818,23 +878,39 @@ async fn unnumbered_retries_count() {
     assert!(near(coverage("ledger").1, 2.0 / 3.0));
 }
 
+/// Every re-send while an earlier attempt ran read as a hedge.
+const HEDGING: RetryRules = RetryRules {
+    infer_loops: true,
+    overlap_tolerance_ms: 5.0,
+    overlapping: Overlapping::Hedge,
+};
+
+/// The report of `s` with retries read by `rules`.
+async fn report_with(s: &Spans, rules: RetryRules) -> Report {
+    let params = stormglass_analytics::Params {
+        retries: rules,
+        ..Default::default()
+    };
+    let engine = Engine::new(params);
+    let partials = Arc::new(engine.analyse(batch(s)).await.unwrap());
+    Report::build(&engine, &[partials], WindowBounds::default())
+        .await
+        .unwrap()
+}
+
 /// With `infer_loops` off, an application loop's sibling CLIENT spans stay separate calls.
 #[tokio::test]
 async fn loop_inference_can_be_turned_off() {
     let mut s = Spans::default();
     fixtures::hidden(&mut s, 1);
-    let params = stormglass_analytics::Params {
-        retries: stormglass_analytics::lineage::RetryRules {
+    let r = report_with(
+        &s,
+        RetryRules {
             infer_loops: false,
             ..Default::default()
         },
-        ..Default::default()
-    };
-    let engine = Engine::new(params);
-    let partials = Arc::new(engine.analyse(batch(&s)).await.unwrap());
-    let r = Report::build(&engine, &[partials], WindowBounds::default())
-        .await
-        .unwrap();
+    )
+    .await;
     let cat = edge(&r, "web", "cat");
     assert_eq!(
         (cat.logical_calls, cat.attempts, cat.inferred_attempts),
@@ -857,6 +933,8 @@ fn every_fixture() -> Spans {
     fixtures::hidden(&mut s, 60);
     fixtures::out_of_budget(&mut s, 2100);
     fixtures::idempotency_keys(&mut s, 2200);
+    fixtures::proxy_resends(&mut s, 2300);
+    fixtures::hedges(&mut s, 2400);
     s
 }
 

@@ -217,6 +217,19 @@ async fn golden_hidden() {
     check("hidden", fixtures::hidden).await;
 }
 
+/// Golden tables of a proxy's re-sends: after a 503, after a per-try timeout, and every
+/// try too slow.
+#[tokio::test]
+async fn golden_proxy_resends() {
+    check("proxy_resends", fixtures::proxy_resends).await;
+}
+
+/// Golden tables of a hedging client: the hedge answering, and the first attempt.
+#[tokio::test]
+async fn golden_hedges() {
+    check("hedges", fixtures::hedges).await;
+}
+
 /// Golden tables of a timeout that kills a quarter of its calls and one without margin.
 #[tokio::test]
 async fn golden_timeouts() {

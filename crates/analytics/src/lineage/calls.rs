@@ -28,8 +28,13 @@ pub(super) struct CallSlot {
     /// Read from a SERVER span that carries no number of its own: a re-send below its
     /// caller's CLIENT span, or a call from a caller that sent no span for it.
     pub(super) hidden: bool,
-    /// A SERVER attempt that started before an earlier attempt of its call had ended.
+    /// A SERVER attempt that started before an earlier attempt of its call had ended, read
+    /// as a hedge (see [`super::races`]).
     pub(super) hedged: bool,
+    /// The SERVER attempt whose answer the caller took, where its call's attempts raced.
+    pub(super) decides: bool,
+    /// An attempt its caller stopped waiting for while it ran (see [`super::races`]).
+    pub(super) gave_up: Option<GaveUp>,
     /// Joined to the attempt before it by inference (an application's retry loop).
     pub(super) inferred: bool,
     /// The row whose outcome and end the caller saw, where it is not the attempt's own: the
@@ -49,6 +54,8 @@ pub(super) struct Shape<'a> {
     /// span for its SERVER children, else the attempt itself. Calls are grouped and ordered
     /// by it, so a CLIENT span's re-sends stay together and in its place among its siblings.
     pub(super) sender: &'a [usize],
+    /// Per row: nanoseconds that bring its times into its parent's clock.
+    pub(super) to_parent: &'a [i64],
 }
 
 /// An attempt's callee hint: its own, else its call span's (SQL's
@@ -137,6 +144,7 @@ pub(super) fn logical_calls(
         call_parent,
         server_child,
         sender,
+        to_parent,
     } = *shape;
 
     let rows = spans.num_rows();
@@ -218,7 +226,8 @@ pub(super) fn logical_calls(
     // a number (then attempts are numbered by position).
     let mut members: Vec<usize> = Vec::new();
     let mut positional = false;
-    let flush = |members: &mut Vec<usize>, positional: &mut bool, slots: &mut Vec<CallSlot>| {
+    let mut raced: Vec<Vec<usize>> = Vec::new();
+    let mut flush = |members: &mut Vec<usize>, positional: &mut bool, slots: &mut Vec<CallSlot>| {
         if *positional {
             for (i, &row) in members.iter().enumerate() {
                 slots[row].number = i32::try_from(i).unwrap_or(i32::MAX);
@@ -241,9 +250,6 @@ pub(super) fn logical_calls(
             .filter_map(|&row| server_child[row])
             .max_by(|&a, &b| service.value(a).cmp(service.value(b)));
         let n = members.len();
-        // The latest end among the SERVER attempts before each one: a SERVER attempt
-        // starting before it, by more than the overlap tolerance, is a hedge.
-        let mut served_until: Option<i64> = None;
         for (i, &row) in members.iter().enumerate() {
             let slot = &mut slots[row];
             slot.first = i == 0;
@@ -251,16 +257,20 @@ pub(super) fn logical_calls(
             slot.previous = (i > 0).then(|| members[i - 1]);
             slot.server = server;
             slot.hidden = hidden(row);
-            if server_found(row) {
-                slot.hedged =
-                    served_until.is_some_and(|until| start.value(row) < until - overlap_ns);
-                served_until = Some(served_until.map_or(end.value(row), |u| u.max(end.value(row))));
-            }
             let s = sender[row];
             let last_of_sender = members.get(i + 1).is_none_or(|&next| sender[next] != s);
             if s != row && last_of_sender && matches!(outcome.value(s), "deadline" | "cancelled") {
                 slot.seen_as = Some(s);
             }
+        }
+        // Calls whose SERVER attempts may have raced, read once every call is known.
+        let servers: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&r| server_found(r))
+            .collect();
+        if servers.len() > 1 {
+            raced.push(servers);
         }
         members.clear();
         *positional = false;
@@ -301,6 +311,17 @@ pub(super) fn logical_calls(
         }
         flush(&mut members, &mut positional, &mut slots);
     }
+    let input = RaceInput {
+        kinds,
+        sender,
+        to_parent,
+        start,
+        end,
+        outcome,
+        tolerance_ns: overlap_ns,
+    };
+    let raced: Vec<&[usize]> = raced.iter().map(Vec::as_slice).collect();
+    settle(&input, &raced, rules.overlapping, &mut slots);
     slots
 }
 

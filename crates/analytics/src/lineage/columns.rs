@@ -91,8 +91,10 @@ pub(super) struct WholeCall {
     max_attempt: i32,
     start_ns: i64,
     end_ns: i64,
-    /// The row of its last attempt.
+    /// The attempt it ended with: the one whose answer the caller took where attempts
+    /// raced (`decided`), else its last.
     last: usize,
+    decided: bool,
     /// The row of its first attempt.
     first: usize,
 }
@@ -113,9 +115,9 @@ impl WholeCalls {
         attempts: &[usize],
         calls: &[CallSlot],
         sender: &[usize],
+        seen_end: &dyn Fn(usize) -> i64,
     ) -> WholeCalls {
-        let time = |name| column(spans, name).as_primitive::<Int64Type>();
-        let (start, end) = (time(col::START_NS), time(col::END_NS));
+        let start = column(spans, col::START_NS).as_primitive::<Int64Type>();
         let count = attempts
             .iter()
             .filter_map(|&r| calls[r].id)
@@ -127,22 +129,26 @@ impl WholeCalls {
             let Some(slot) = whole.get_mut(Self::index(id)) else {
                 continue;
             };
-            let seen = calls[row].seen_as.unwrap_or(row);
             let started = start.value(row).min(start.value(sender[row]));
             let slot = slot.get_or_insert(WholeCall {
                 attempts: 0,
                 max_attempt: calls[row].number,
                 start_ns: started,
-                end_ns: end.value(seen),
-                last: seen,
+                end_ns: seen_end(row),
+                last: row,
+                decided: false,
                 first: row,
             });
             slot.attempts += 1;
             slot.max_attempt = slot.max_attempt.max(calls[row].number);
             slot.start_ns = slot.start_ns.min(started);
-            slot.end_ns = slot.end_ns.max(end.value(seen));
-            if calls[row].last {
-                slot.last = seen;
+            slot.end_ns = slot.end_ns.max(seen_end(row));
+            // The attempt whose answer the caller took, where attempts raced; else the last.
+            if calls[row].decides {
+                slot.last = row;
+                slot.decided = true;
+            } else if calls[row].last && !slot.decided {
+                slot.last = row;
             }
             if calls[row].first {
                 slot.first = row;
@@ -341,9 +347,30 @@ pub(super) fn build(
     // made), and its outcome and end the ones the caller saw (see `CallSlot::seen_as`).
     let linked = |link: &dyn Fn(usize) -> Option<usize>| indices(attempts.iter().map(|&r| link(r)));
     let seen = |row: usize| calls[row].seen_as.unwrap_or(row);
+    // Where the caller gave up on an attempt while it ran, its outcome and end are the
+    // caller's (see `CallSlot::gave_up`), in the root's clock like every time here.
+    let outcomes = by_name(col::OUTCOME).as_string::<i32>();
+    let ends = by_name(col::END_NS).as_primitive::<Int64Type>();
+    let seen_outcome = |row: usize| match calls[row].gave_up {
+        Some(g) => g.outcome,
+        None => outcomes.value(seen(row)),
+    };
+    let seen_end = |row: usize| match calls[row].gave_up {
+        Some(g) => g.end_ns + nodes[row].offset_ns,
+        None => ends.value(seen(row)),
+    };
+    let seen_outcomes = |link: &dyn Fn(usize) -> Option<usize>| -> ArrayRef {
+        Arc::new(StringArray::from_iter(
+            attempts.iter().map(|&r| link(r).map(seen_outcome)),
+        ))
+    };
+    let seen_ends = |link: &dyn Fn(usize) -> Option<usize>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(
+            attempts.iter().map(|&r| link(r).map(seen_end)),
+        ))
+    };
     let taken = indices(attempts.iter().map(|&r| Some(r)));
     let as_sent = linked(&|r| Some(sender[r]));
-    let as_seen = linked(&|r| Some(seen(r)));
     // Its anchor is its CLIENT span's too: the budget the call had to fit in, not the call's
     // own (which its SERVER span, a child of the CLIENT span, inherits).
     let senders: Vec<usize> = attempts.iter().map(|&r| sender[r]).collect();
@@ -351,15 +378,15 @@ pub(super) fn build(
         .iter()
         .map(|&name| match name {
             col::OPERATION | col::DEADLINE_MS => gather(by_name(name), &as_sent),
-            col::OUTCOME | col::END_NS => gather(by_name(name), &as_seen),
+            col::OUTCOME => seen_outcomes(&Some),
+            col::END_NS => seen_ends(&Some),
             "anchor_deadline_ms" | "anchor_start_ns" => values.column(name, &senders, None),
             _ => values.column(name, attempts, Some(&taken)),
         })
         .collect();
-    let previous = linked(&|r| calls[r].previous.map(seen));
-    columns.push(gather(by_name(col::OUTCOME), &previous));
-    columns.push(gather(by_name(col::END_NS), &previous));
-    let whole = WholeCalls::new(spans, attempts, calls, sender);
+    columns.push(seen_outcomes(&|r| calls[r].previous));
+    columns.push(seen_ends(&|r| calls[r].previous));
+    let whole = WholeCalls::new(spans, attempts, calls, sender, &seen_end);
     let of_call = |r: usize| calls[r].id.and_then(|id| whole.get(id));
     let call_of = |f: fn(&WholeCall) -> i64| {
         Int64Array::from_iter_values(attempts.iter().map(|&r| of_call(r).map_or(0, f)))
@@ -372,10 +399,7 @@ pub(super) fn build(
     )));
     columns.push(Arc::new(call_of(|c| c.start_ns)));
     columns.push(Arc::new(call_of(|c| c.end_ns)));
-    columns.push(gather(
-        by_name(col::OUTCOME),
-        &linked(&|r| of_call(r).map(|c| c.last)),
-    ));
+    columns.push(seen_outcomes(&|r| of_call(r).map(|c| c.last)));
     columns.push(gather(
         by_name(col::IDEMPOTENCY_KEY_HASH),
         &linked(&|r| of_call(r).map(|c| c.first)),

@@ -38,7 +38,7 @@
 //! | `server_span_id`, `server_service`, `server_start_ns`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms`, `server_idempotency_hit` | those columns of the attempt's first SERVER child by start (else null) |
 //! | `numbered` | the span carries an attempt number of its own |
 //! | `hidden` | a SERVER attempt without a number of its own (a re-send, or an uninstrumented caller's call) |
-//! | `hedged` | a SERVER attempt started before an earlier attempt of its call had ended |
+//! | `hedged` | a SERVER attempt started before an earlier attempt of its call had ended, read as a hedge (see [`races`]) |
 //! | `inferred` | joined to its call as an application loop's retry (see below) |
 //! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
 //!
@@ -47,7 +47,10 @@
 //! fit in) and is named after it in `edge`; its outcome and
 //! end are its own, except the last one's when the client gave up (deadline, cancelled):
 //! then they are the CLIENT span's, the outcome and end the caller saw, so a server that
-//! went on is an orphan as it would be under a single attempt.
+//! went on is an orphan as it would be under a single attempt; and except an attempt the
+//! caller abandoned while it ran ([`races`]): `deadline` or `cancelled`, ending when the
+//! caller let go of it. `outcome`, `end_ns`, `prev_*` and `logical_final_outcome` (the
+//! attempt the call took its answer from, where attempts raced) read them so.
 //!
 //! `hint_server`, for attempts with a callee hint (theirs, else their call span's): the
 //! service SERVER spans under this batch's attempts most often have for that hint (ties:
@@ -91,16 +94,19 @@
 
 mod calls;
 mod columns;
+mod races;
 mod rows;
 pub mod schema;
 mod skew;
 
+pub use races::Overlapping;
 pub(crate) use rows::{TraceGroups, repeated_rows};
 pub use schema::*;
 pub use skew::clock_bounds;
 
 use calls::*;
 use columns::*;
+use races::*;
 use rows::*;
 use skew::*;
 
@@ -184,6 +190,9 @@ pub struct RetryRules {
     /// follows it, and is no hedge: a proxy re-sends as soon as it has a 503's status line,
     /// while the backend's span closes once the body is written.
     pub overlap_tolerance_ms: f64,
+    /// How a SERVER attempt sent while an earlier one still ran is read: a hedge, or a retry
+    /// after a per-try timeout (see [`races`]).
+    pub overlapping: Overlapping,
 }
 
 impl Default for RetryRules {
@@ -191,6 +200,7 @@ impl Default for RetryRules {
         RetryRules {
             infer_loops: true,
             overlap_tolerance_ms: 5.0,
+            overlapping: Overlapping::Auto,
         }
     }
 }
@@ -335,6 +345,9 @@ pub fn lineage_in_window(
         .collect();
     let started = std::time::Instant::now();
     let attempts: Vec<usize> = (0..rows).filter(|&r| is_attempt[r]).collect();
+    let to_parent: Vec<i64> = (0..rows)
+        .map(|row| parent_of(row).map_or(0, |p| edge_offset(p, row)))
+        .collect();
     let shape = Shape {
         kinds: &kinds,
         parent_rows: &parent_rows,
@@ -342,6 +355,7 @@ pub fn lineage_in_window(
         call_parent: &call_parent,
         server_child: &server_child,
         sender: &sender,
+        to_parent: &to_parent,
     };
     let calls = logical_calls(spans, &groups, &shape, rules);
     timed("lineage: calls", started);

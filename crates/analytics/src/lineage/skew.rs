@@ -49,22 +49,9 @@ pub(super) fn own_bounds<'a>(
     let start = column(col::START_NS).as_primitive::<Int64Type>();
     let end = column(col::END_NS).as_primitive::<Int64Type>();
     // A call re-sent below its CLIENT span (a proxy, a client library, gRPC hedging) has
-    // several SERVER children; only the last to start answered it, and only it must end
-    // inside the call: an earlier one was abandoned (a per-try timeout, a hedge's loser) and
-    // may work on long after. Per such CLIENT span, its last SERVER child (by start).
-    let mut answering: Vec<Option<usize>> = vec![None; parent_rows.len()];
-    let mut servers = vec![0u32; parent_rows.len()];
-    for (row, parent) in parent_rows.iter().enumerate() {
-        let Some(p) = *parent else { continue };
-        if kinds[row] != Kind::Server || service.value(p) == service.value(row) {
-            continue;
-        }
-        servers[p] += 1;
-        let later = |last: usize| (start.value(row), row) > (start.value(last), last);
-        if answering[p].is_none_or(later) {
-            answering[p] = Some(row);
-        }
-    }
+    // several SERVER children; only the one that answered it must end inside the call: the
+    // others were abandoned (a per-try timeout, a hedge's loser) and may work on long after.
+    let (answering, servers) = answering_children(kinds, parent_rows, service, start, end, outcome);
     let abandoned = |p: usize, row: usize| servers[p] > 1 && answering[p] != Some(row);
     let mut bounds = BorrowedBounds::default();
     let mut pairs = Vec::new();

@@ -91,6 +91,7 @@ impl Config {
             retries: stormglass_analytics::lineage::RetryRules {
                 infer_loops: self.retries.infer_loops,
                 overlap_tolerance_ms: self.retries.overlap_tolerance_ms,
+                overlapping: self.retries.overlapping_resends,
             },
         }
     }
@@ -191,6 +192,10 @@ pub struct RetriesConfig {
     /// A re-sent request (several SERVER spans under one CLIENT span) starting at most this
     /// long (ms) before the one before it ended follows it: a retry, not a hedge.
     pub overlap_tolerance_ms: f64,
+    /// A re-sent request started while an earlier one still ran: `auto` (a hedge in calls
+    /// where an earlier attempt answered while a later one ran, else a retry after a per-try
+    /// timeout), `hedge` or `per_try_timeout` for every call.
+    pub overlapping_resends: stormglass_analytics::lineage::Overlapping,
 }
 
 impl Default for RetriesConfig {
@@ -199,6 +204,7 @@ impl Default for RetriesConfig {
         RetriesConfig {
             infer_loops: rules.infer_loops,
             overlap_tolerance_ms: rules.overlap_tolerance_ms,
+            overlapping_resends: rules.overlapping,
         }
     }
 }
