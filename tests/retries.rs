@@ -274,8 +274,49 @@ fn assert_proxied(report: &Value, backend: &Value) {
     }
 }
 
-/// Debian's HAProxy and nginx re-sending 503s between two backend instances, through OTLP
-/// into `serve`: exact figures live, and the same from its archive with `stormglass analyze`.
+/// The truth of HAProxy's per-try timeout (`timeout server 300ms`, `retry-on
+/// response-timeout`): odd calls' first tries take 450 ms, so HAProxy gives up on them and
+/// re-sends to the other instance, which answers. Each re-send is a retry with cause
+/// `deadline`, not a hedge; the try given up on is a timeout, not a success, and an orphan
+/// working ~150 ms after; one host's clock reads no skew.
+fn assert_per_try_timeout(report: &Value, backend: &Value) {
+    let e = edge(report, "stock-pertry", "GET")
+        .unwrap_or_else(|| panic!("no edge to stock-pertry: {report:#}"));
+    let at = format!("stock-pertry: {e:#}");
+    let retries = CALLS / 2;
+    assert_eq!(backend["stock-pertry"]["slow"], retries, "{backend}");
+    assert_eq!(
+        backend["stock-pertry"]["requests"],
+        CALLS + retries,
+        "{backend}"
+    );
+    assert_eq!(e["logical_calls"], CALLS, "{at}");
+    assert_eq!(e["attempts"], CALLS + retries, "{at}");
+    assert_eq!(e["retry_attempts"], retries, "{at}");
+    assert_eq!(e["retries_by_cause"]["deadline"], retries, "{at}");
+    assert_eq!(e["hedged_attempts"], 0, "{at}");
+    assert_eq!(e["hidden_attempts"], 2 * retries, "{at}");
+    assert_eq!(e["raw_success_rate"], 1.0, "{at}");
+    assert_eq!(e["effective_success_rate"], 0.5, "{at}");
+    let third = |key: &str| (e[key].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9;
+    assert!(third("timeout_rate"), "{at}");
+    assert!(
+        (e["attempt_success_rate"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9,
+        "{at}"
+    );
+    assert_eq!(e["orphan_pairs"], retries, "{at}");
+    let work = e["orphan_work_seconds"].as_f64().unwrap() / retries as f64;
+    assert!(
+        (0.08..0.3).contains(&work),
+        "{work} s of work per abandoned try: {at}"
+    );
+    assert_eq!(e["clock_skew_ms"].as_f64().unwrap_or(0.0), 0.0, "{at}");
+    assert_eq!(layer(report, "stock-pertry")["requests"], CALLS + retries);
+}
+
+/// Debian's HAProxy and nginx re-sending 503s between two backend instances, and HAProxy
+/// re-sending after a per-try timeout, through OTLP into `serve`: exact figures live, and
+/// the same from its archive with `stormglass analyze`.
 #[test]
 fn retries_of_real_proxies_count() {
     for proxy in ["haproxy", "nginx"] {
@@ -294,8 +335,10 @@ fn retries_of_real_proxies_count() {
         &[("stock-haproxy", "GET"), ("stock-haproxy", "POST")],
         2 * CALLS,
     );
-    let live = report_with(&server, &[("stock-nginx", "GET")], 3 * CALLS / 2);
+    report_with(&server, &[("stock-nginx", "GET")], 3 * CALLS / 2);
+    let live = report_with(&server, &[("stock-pertry", "GET")], 3 * CALLS / 2);
     assert_proxied(&live, &backend);
+    assert_per_try_timeout(&live, &backend);
     let (ok, _) = server.terminate();
     assert!(ok);
 
@@ -303,4 +346,5 @@ fn retries_of_real_proxies_count() {
     assert!(ok, "{stderr}");
     let offline: Value = serde_json::from_str(&stdout).unwrap();
     assert_proxied(&offline, &backend);
+    assert_per_try_timeout(&offline, &backend);
 }

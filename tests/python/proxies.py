@@ -6,12 +6,18 @@ app under OpenTelemetryMiddleware, which answer 503 to the first tries of odd ca
 * haproxy: Debian's HAProxy, `retries 2`, `retry-on 503`, `option redispatch 1` and
   `option http-buffer-request` (so a POST's body can be replayed), to `stock-haproxy`: GET
   /items/N and POST /orders/N without an idempotency key; odd calls fail twice.
+* haproxy with a per-try timeout: `timeout server 300ms`, `retries 2`,
+  `retry-on response-timeout 503`, to `stock-pertry`: GET /slow/N; the first try of odd
+  calls takes 450 ms, so HAProxy gives up on it at 300 ms and re-sends to the other
+  instance while the first keeps working (an orphan), the second answers at once.
 * nginx: Debian's nginx, `proxy_next_upstream error timeout http_503 non_idempotent` over
   the two instances, to `stock-nginx`: GET /items/N; odd calls fail once (nginx tries each
   instance once).
 
-Prints, per proxy, the requests the backend received and the 503s it answered (the truth
-next to what the proxies' own logs would say), as one JSON line.
+Prints, per backend service, the requests it received, the 503s it answered and the tries
+it was too slow for (the truth next to what the proxies' own logs would say), as one JSON
+line. Spans are exported once, at the end (OTEL_BSP_SCHEDULE_DELAY), so a trace's spans
+arrive together, an abandoned try's included.
 
 Usage: cat otel_stack.py proxies.py | python - OTLP_HTTP_ENDPOINT CALLS
 """
@@ -26,6 +32,8 @@ import tempfile
 import threading
 import time
 from wsgiref.simple_server import WSGIServer, make_server
+
+os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "600000"
 
 import requests
 from opentelemetry import trace
@@ -45,19 +53,27 @@ tries = {}
 truth = {}
 
 
-def backend(service, fails):
-    """A WSGI app of `service` whose odd calls answer 503 to their first `fails` tries."""
+SLOW_S = 0.45
+
+
+def backend(service, fails, slow=False):
+    """A WSGI app of `service` whose odd calls answer 503 to their first `fails` tries, or
+    with `slow` take SLOW_S on their first try."""
 
     def app(environ, start_response):
         key = environ["REQUEST_METHOD"] + environ["PATH_INFO"]
         with lock:
             tries[service, key] = tries.get((service, key), 0) + 1
-            failing = int(key.rsplit("/", 1)[-1]) % 2 == 1 and tries[service, key] <= fails
-            counts = truth.setdefault(service, {"requests": 0, "503": 0})
+            odd_first = int(key.rsplit("/", 1)[-1]) % 2 == 1 and tries[service, key] <= fails
+            failing = odd_first and not slow
+            counts = truth.setdefault(service, {"requests": 0, "503": 0, "slow": 0})
             counts["requests"] += 1
             counts["503"] += failing
+            counts["slow"] += odd_first and slow
         if environ.get("CONTENT_LENGTH"):
             environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
+        if odd_first and slow:
+            time.sleep(SLOW_S)
         if failing:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"busy"]
@@ -71,11 +87,12 @@ class Threaded(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def instances(service, fails):
+def instances(service, fails, slow=False):
     """Two instances of `service` on free loopback ports, each its own process's spans."""
     ports = []
     for _ in range(2):
-        app = OpenTelemetryMiddleware(backend(service, fails), tracer_provider=provider(service))
+        app = backend(service, fails, slow)
+        app = OpenTelemetryMiddleware(app, tracer_provider=provider(service))
         server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         ports.append(server.server_port)
@@ -104,15 +121,15 @@ def start(command, port):
     raise SystemExit(f"{command[0]} did not listen on {port} within 20 s")
 
 
-def haproxy(ports):
+def haproxy(ports, timeout="10s", retry_on="503"):
     port = free_port()
-    config = os.path.join(work, "haproxy.cfg")
+    config = os.path.join(work, f"haproxy-{port}.cfg")
     servers = "".join(f"  server s{i} 127.0.0.1:{p}\n" for i, p in enumerate(ports))
     with open(config, "w") as f:
         f.write(
             "defaults\n  mode http\n  timeout connect 2s\n  timeout client 10s\n"
-            "  timeout server 10s\n  retries 2\n  retry-on 503\n  option redispatch 1\n"
-            "  option http-buffer-request\n"
+            f"  timeout server {timeout}\n  retries 2\n  retry-on {retry_on}\n"
+            "  option redispatch 1\n  option http-buffer-request\n"
             f"frontend shop\n  bind 127.0.0.1:{port}\n  default_backend stock\n"
             f"backend stock\n  balance roundrobin\n{servers}"
         )
@@ -161,5 +178,8 @@ gets = [("GET", f"/items/{i}") for i in range(calls)]
 posts = [("POST", f"/orders/{i}") for i in range(calls)]
 run(haproxy(instances("stock-haproxy", 2)), gets + posts)
 run(nginx(instances("stock-nginx", 1)), gets)
+slow = [("GET", f"/slow/{i}") for i in range(calls)]
+run(haproxy(instances("stock-pertry", 1, slow=True), "300ms", "response-timeout 503"), slow)
+time.sleep(2 * SLOW_S)  # the abandoned tries finish their spans
 flush()
 print(json.dumps(truth))
