@@ -718,6 +718,38 @@ async fn proxy_resends_are_retries_and_abandoned_attempts_bound_no_clock() {
     assert_eq!(api.orphan_pairs, 4);
 }
 
+/// A 503 whose SERVER span closes after the re-send answered (its body written late on a
+/// busy host) answered with its failure: the re-send is a retry after it, no hedge, and
+/// nothing was abandoned.
+#[tokio::test]
+async fn a_failure_closing_late_is_still_answered() {
+    use fixtures::{http_status, peer, route, template};
+    let mut s = Spans::default();
+    let w = s.server(1, "web", "GET /page").at(0.0, 200.0).add();
+    let c = s
+        .client(1, "web", "GET")
+        .under(w)
+        .at(1.0, 100.0)
+        .with(vec![peer("api"), template("/items"), http_status(200)])
+        .add();
+    for (start, end, status) in [(2.0, 95.0, 503), (20.0, 60.0, 200)] {
+        s.server(1, "api", "GET /items")
+            .under(c)
+            .at(start, end)
+            .with(vec![route("/items"), http_status(status)])
+            .add();
+    }
+    let r = report(&s).await;
+    let api = edge(&r, "web", "api");
+    assert_eq!(
+        (api.retry_attempts, api.hedged_attempts),
+        (1, 0),
+        "{api:#?}"
+    );
+    assert_eq!(api.retries_by_cause.get("unavailable"), Some(&1));
+    assert_eq!((api.orphan_pairs, api.raw_success_rate), (0, Some(1.0)));
+}
+
 /// A hedging client's losers are abandoned, never successes, and orphans where their
 /// handlers worked on; a call answered by its first attempt while the hedge ran reads as
 /// hedged, one that looks like a per-try timeout as a retry unless told (fixtures::hedges).

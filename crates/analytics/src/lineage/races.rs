@@ -86,12 +86,15 @@ impl RaceInput<'_> {
     fn read(&self, race: &[usize]) -> Race {
         let client_end = self.client(race).map(|c| self.end.value(c));
         let tol = self.tolerance_ns;
-        // An attempt followed by one sent after it ended did not answer: the caller went on.
+        // An attempt followed by one sent after it ended, or after it if it failed
+        // retryably, did not answer: the caller went on.
         let followed = |i: usize| {
             let (started, ended) = (self.started(race[i]), self.ended(race[i]));
+            let retried =
+                Outcome::from_class(self.outcome.value(race[i])).is_some_and(Outcome::is_retried);
             race.iter().any(|&r| {
                 let s = self.started(r);
-                s > started && s >= ended - tol
+                s > started && (retried || s >= ended - tol)
             })
         };
         let candidates = (0..race.len()).filter(|&i| !followed(i));
@@ -168,12 +171,14 @@ pub(super) fn settle(
                     .filter(|&s| s < ended - tol);
                 // In the caller's clock: when it stopped waiting, and why (never for the
                 // attempt it took its answer from).
+                // A failed attempt answered with its failure, however late its span closed
+                // (a 503 written slowly on a busy host).
                 let answered = read.answer == Some(i) && !outlasted(row);
-                let given_up = if answered {
+                let given_up = if answered || failed {
                     None
                 } else if hedge {
                     outlasted(row).then_some(("cancelled", read.decided_at))
-                } else if outlasted(row) || (next.is_some() && !failed) {
+                } else if outlasted(row) || next.is_some() {
                     match next {
                         Some(at) => Some(("deadline", Some(at))),
                         None => Some(("cancelled", read.decided_at)),
