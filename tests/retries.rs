@@ -348,3 +348,87 @@ fn retries_of_real_proxies_count() {
     assert_proxied(&offline, &backend);
     assert_per_try_timeout(&offline, &backend);
 }
+
+/// Calls of tests/js/grpc_hedging.mjs: a multiple of 3, one third per shape.
+const HEDGED_CALLS: u64 = 30;
+
+/// grpc-js hedging (`hedgingPolicy`, 2 attempts 100 ms apart) under the OpenTelemetry gRPC
+/// instrumentation (one CLIENT span, a SERVER child per attempt), through OTLP into `serve`.
+/// The truth, from the server and the client: a third of the calls answered before the
+/// hedge was due, a third by the hedge while the cancelled first attempt's handler worked on,
+/// a third by the first attempt while the cancelled hedge worked on. The losers are never
+/// successes and are orphans with their work; the calls whose first attempt won show
+/// hedging, those the hedge won read as retries after a per-try timeout (spans cannot tell
+/// them apart) unless `retries.overlapping_resends: hedge` says the fleet hedges, as the
+/// analysis of the archive with that setting shows. One clock: no skew.
+#[test]
+fn grpc_js_hedging_losers_are_abandoned() {
+    let js = common::repo_root().join("tests/js");
+    assert!(
+        js.join("node_modules/@grpc/grpc-js").is_dir(),
+        "run `npm ci` in tests/js (tests/run.sh does) for the grpc-js hedging test"
+    );
+    let dir = common::temp_dir("grpc-hedging");
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
+        ("STORMGLASS_ARCHIVE__DIR", dir.to_str().unwrap()),
+        ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
+        ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
+    ]);
+    let output = std::process::Command::new("node")
+        .arg(js.join("grpc_hedging.mjs"))
+        .args([format!("http://{}", server.http), HEDGED_CALLS.to_string()])
+        .output()
+        .expect("node runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let truth: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let third = HEDGED_CALLS / 3;
+    assert_eq!(truth["answered"], HEDGED_CALLS, "{truth}");
+    assert_eq!(truth["received"], HEDGED_CALLS + 2 * third, "{truth}");
+
+    let check = |report: &Value, hedges: u64| {
+        let e = edge(report, "hedge-search", "search.Search/Find")
+            .unwrap_or_else(|| panic!("no hedged edge: {report:#}"));
+        let at = format!("{e:#}");
+        assert_eq!(e["logical_calls"], HEDGED_CALLS, "{at}");
+        assert_eq!(e["attempts"], truth["received"], "{at}");
+        assert_eq!(e["hidden_attempts"], 4 * third, "{at}");
+        assert_eq!(e["hedged_attempts"], hedges, "{at}");
+        assert_eq!(e["retry_attempts"], 2 * third - hedges, "{at}");
+        assert_eq!(e["raw_success_rate"], 1.0, "{at}");
+        let near = |key: &str, want: f64| (e[key].as_f64().unwrap() - want).abs() < 1e-9;
+        assert!(near("effective_success_rate", 2.0 / 3.0), "{at}");
+        assert!(near("attempt_success_rate", 30.0 / 50.0), "{at}");
+        assert_eq!(e["orphan_pairs"], 2 * third, "{at}");
+        // Each loser works on ~290-300 ms after the call was answered.
+        let work = e["orphan_work_seconds"].as_f64().unwrap() / (2 * third) as f64;
+        assert!((0.2..0.45).contains(&work), "{work} s per loser: {at}");
+        assert_eq!(e["clock_skew_ms"].as_f64().unwrap_or(0.0), 0.0, "{at}");
+    };
+    let live = report_with(
+        &server,
+        &[("hedge-search", "search.Search/Find")],
+        HEDGED_CALLS + 2 * third,
+    );
+    check(&live, third);
+    let (ok, _) = server.terminate();
+    assert!(ok);
+
+    let config = dir.join("hedging.yaml");
+    std::fs::write(&config, "retries:\n  overlapping_resends: hedge\n").unwrap();
+    let (ok, stdout, stderr) = stormglass(&[
+        "analyze",
+        dir.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    check(&serde_json::from_str(&stdout).unwrap(), 2 * third);
+}
