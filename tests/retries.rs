@@ -87,10 +87,9 @@ fn report_with(server: &Server, edges: &[(&str, &str)], attempts: u64) -> Value 
     }
 }
 
-/// `serve` archiving into a fresh directory `name`, and tests/python/`name`.py (after the
-/// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
-/// archive directory and what the script printed.
-fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>) {
+/// `serve` archiving into a fresh directory `name`, releasing traces 300 ms after their last
+/// span.
+fn serve_archiving(name: &str) -> (Server, std::path::PathBuf) {
     let dir = common::temp_dir(name);
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
@@ -99,6 +98,14 @@ fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>
         ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
         ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
     ]);
+    (server, dir)
+}
+
+/// [`serve_archiving`], and tests/python/`name`.py (after the
+/// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
+/// archive directory and what the script printed.
+fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>) {
+    let (server, dir) = serve_archiving(name);
     let read = |file: &str| {
         std::fs::read_to_string(common::repo_root().join("tests/python").join(file)).unwrap()
     };
@@ -368,14 +375,7 @@ fn grpc_js_hedging_losers_are_abandoned() {
         js.join("node_modules/@grpc/grpc-js").is_dir(),
         "run `npm ci` in tests/js (tests/run.sh does) for the grpc-js hedging test"
     );
-    let dir = common::temp_dir("grpc-hedging");
-    let server = Server::start(&[
-        ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
-        ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
-        ("STORMGLASS_ARCHIVE__DIR", dir.to_str().unwrap()),
-        ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
-        ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
-    ]);
+    let (server, dir) = serve_archiving("grpc-hedging");
     let output = std::process::Command::new("node")
         .arg(js.join("grpc_hedging.mjs"))
         .args([format!("http://{}", server.http), HEDGED_CALLS.to_string()])
