@@ -14,7 +14,8 @@
 //! interval's count. Every edge's safety counters (`unsafe_retries`, orphans, deadline
 //! violations, ...) exist from the edge's first interval, at 0 until something happens.
 //!
-//! Cardinality: each metric holds at most `limits.max_series_per_metric` series. A new series
+//! Cardinality: each metric holds at most `limits.max_series_per_metric` series, a histogram's
+//! buckets, `_sum` and `_count` included (54 per label set: 37 label sets at 2,000). A new series
 //! beyond that is folded into `operation="__overflow__"` (the caller and callee kept), and if
 //! that series is new too, into a series whose caller, callee, service, operation and cause
 //! are all `__overflow__`; the remaining labels (outcome, attempt) are closed sets, so the
@@ -317,7 +318,7 @@ impl FigureMetrics {
             *total += v;
             return;
         }
-        let key = self.folded(spec, series, labels);
+        let key = self.folded(spec, series, labels, self.limit);
         match series.get_mut(&key) {
             Some(total) => *total += v,
             None => {
@@ -329,15 +330,22 @@ impl FigureMetrics {
         }
     }
 
-    /// The key a new series of `spec` is stored under ([`fold`]), counting each fold.
-    fn folded<V>(&self, spec: &Spec, series: &BTreeMap<Key, V>, labels: Key) -> Key {
-        match fold(spec, series, labels, self.limit) {
+    /// The key a new series of `spec` is stored under ([`fold`]) when a family may hold
+    /// `limit` keys, counting each fold.
+    fn folded<V>(&self, spec: &Spec, series: &BTreeMap<Key, V>, labels: Key, limit: usize) -> Key {
+        match fold(spec, series, labels, limit) {
             Folded::No(key) => key,
             Folded::Yes(key) => {
                 self.metrics.overflow.with_label_values(&[spec.name]).inc();
                 key
             }
         }
+    }
+
+    /// Keys a histogram family may hold: each exposes a series per bucket, `_sum` and
+    /// `_count`, and together they stay within the limit (at least one key).
+    fn histogram_limit(&self) -> usize {
+        (self.limit / (self.bounds.len() + 3)).max(1)
     }
 
     /// Add one interval's rows (series key, `le` index, count, sum) to a histogram family.
@@ -369,7 +377,7 @@ impl FigureMetrics {
             merge(existing, &b);
             return;
         }
-        let key = self.folded(spec, series, key);
+        let key = self.folded(spec, series, key, self.histogram_limit());
         match series.get_mut(&key) {
             Some(existing) => merge(existing, &b),
             None => {

@@ -73,3 +73,37 @@ fn folding_keeps_closed_labels() {
         key(&[OVERFLOW, OVERFLOW, OVERFLOW, "retry", "deadline", OVERFLOW])
     );
 }
+
+/// A histogram's label sets share the series limit with their buckets, `_sum` and
+/// `_count`: at 120 series, two label sets (54 series each), the third folded into the
+/// overflow set and counted.
+#[test]
+fn histograms_share_the_series_limit() {
+    let registry = Registry::new();
+    let metrics = FigureMetrics::register(&registry, 120).unwrap();
+    assert_eq!(metrics.histogram_limit(), 2);
+    let mut state = metrics.lock();
+    let one = |n: f64| Buckets {
+        counts: vec![n; metrics.bounds.len() + 1],
+        sum: n,
+    };
+    for service in ["a", "b", "c"] {
+        metrics.add_histogram(
+            &mut state,
+            Histogram::LayerDuration,
+            key(&[service]),
+            one(1.0),
+        );
+    }
+    let series: Vec<&Key> = state.histograms[Histogram::LayerDuration as usize]
+        .keys()
+        .collect();
+    assert_eq!(series, [&key(&[OVERFLOW]), &key(&["a"]), &key(&["b"])]);
+    drop(state);
+    let folded = metrics
+        .metrics
+        .overflow
+        .with_label_values(&["stormglass_layer_duration_seconds"])
+        .get();
+    assert_eq!(folded, 1);
+}
