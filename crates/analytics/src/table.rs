@@ -46,10 +46,10 @@ impl Table {
     }
 }
 
-/// Rows of a table as `T`, via Arrow's JSON writer (nulls kept, so `Option` fields see them),
-/// one batch at a time: the text of a wide table (160,000 edges) at once was hundreds of MB
-/// on top of the rows it became.
-pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+/// Rows of any table as JSON objects, via Arrow's JSON writer (nulls kept, binary as hex,
+/// maps as objects): `stormglass query`'s output, whatever its columns. One batch at a
+/// time: the text of a wide table at once was hundreds of MB on top of the rows it became.
+pub fn json_rows(table: &Table) -> Vec<serde_json::Value> {
     let mut rows = Vec::with_capacity(table.rows());
     let mut buffer = Vec::new();
     for batch in &table.batches {
@@ -62,17 +62,35 @@ pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
                 .with_explicit_nulls(true)
                 .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
             if let Err(e) = writer.write(batch) {
-                unreachable!("tables read this way hold only JSON-representable types: {e}");
+                unreachable!("query results hold only JSON-representable types: {e}");
             }
             if let Err(e) = writer.finish() {
                 unreachable!("finishing a JSON array cannot fail on a Vec: {e}");
             }
         }
-        match serde_json::from_slice::<Vec<T>>(&buffer) {
+        match serde_json::from_slice::<Vec<serde_json::Value>>(&buffer) {
+            Ok(batch_rows) => rows.extend(batch_rows),
+            Err(e) => unreachable!("Arrow's JSON writer writes JSON: {e}"),
+        }
+    }
+    rows
+}
+
+/// Rows of a table as `T`, deserialized from the Arrow columns directly (serde_arrow), one
+/// batch at a time.
+pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+    let started = std::time::Instant::now();
+    let mut rows = Vec::with_capacity(table.rows());
+    for batch in &table.batches {
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        match serde_arrow::from_record_batch::<Vec<T>>(batch) {
             Ok(batch_rows) => rows.extend(batch_rows),
             Err(e) => unreachable!("rows follow their query's header contract: {e}"),
         }
     }
+    timed(std::any::type_name::<T>(), started);
     rows
 }
 

@@ -324,7 +324,7 @@ pub async fn query(
             arrow::util::pretty::pretty_format_batches(&result.batches)?
         ),
         Format::Json => {
-            let rows: Vec<serde_json::Value> = stormglass_analytics::engine::rows(&result);
+            let rows = stormglass_analytics::engine::json_rows(&result);
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
     }

@@ -32,7 +32,7 @@ use crate::lineage::{
 mod planned;
 
 use crate::queries;
-pub use crate::table::{AnalysisError, Table, rows, run, table, timed};
+pub use crate::table::{AnalysisError, Table, json_rows, rows, run, table, timed};
 use planned::Plans;
 
 /// `advice.*`, `orphans.*`, `deadlines.*` and `clocks.*`: the thresholds the SQL reads from
