@@ -735,6 +735,10 @@ impl Report {
                 }),
             }
         }
+        // In the edges' order whatever order the query's partitions gave them.
+        coverage.edges.sort_by(|a, b| {
+            (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
+        });
 
         let mut report = Report {
             window: Report::window_of(window, bounds),

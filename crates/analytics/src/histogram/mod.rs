@@ -22,12 +22,12 @@ use std::collections::BTreeMap;
 
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int32Array};
 use arrow::compute::unary;
-use arrow::datatypes::{DataType, Field, Float64Type, Int32Type};
-use datafusion::common::{Result, ScalarValue, exec_err};
-use datafusion::logical_expr::function::AccumulatorArgs;
-use datafusion::logical_expr::{Accumulator, ColumnarValue, Volatility, create_udaf, create_udf};
-use datafusion::physical_expr::expressions::Literal;
+use arrow::datatypes::{DataType, Float64Type, Int32Type};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::{Accumulator, AggregateUDF, ColumnarValue, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
+
+mod grouped;
 
 /// Relative accuracy of every quantile read from a histogram.
 pub const RELATIVE_ERROR: f64 = 0.02;
@@ -70,12 +70,25 @@ pub fn le_index(bounds: &[f64], seconds: f64) -> i32 {
 /// `ceil(q * total)`. `unbucketed` counts values without a bucket: they are part of the
 /// total but never the answer. `None` when no bucket reaches the rank.
 pub fn quantile(buckets: &BTreeMap<i32, f64>, unbucketed: f64, q: f64) -> Option<f64> {
-    let total = buckets.values().sum::<f64>() + unbucketed;
+    quantile_of(buckets.iter().map(|(b, n)| (*b, *n)), unbucketed, q)
+}
+
+/// [`quantile`] over (bucket, count) pairs sorted by bucket, one per bucket.
+fn quantile_of_sorted(buckets: &[(i32, f64)], unbucketed: f64, q: f64) -> Option<f64> {
+    quantile_of(buckets.iter().copied(), unbucketed, q)
+}
+
+fn quantile_of(
+    buckets: impl Iterator<Item = (i32, f64)> + Clone,
+    unbucketed: f64,
+    q: f64,
+) -> Option<f64> {
+    let total = buckets.clone().map(|(_, n)| n).sum::<f64>() + unbucketed;
     let rank = (q * total).ceil();
     let mut cumulative = 0.0;
-    buckets.iter().find_map(|(bucket, n)| {
+    buckets.into_iter().find_map(|(bucket, n)| {
         cumulative += n;
-        (cumulative >= rank).then(|| bucket_ms(*bucket))
+        (cumulative >= rank).then(|| bucket_ms(bucket))
     })
 }
 
@@ -88,6 +101,14 @@ struct QuantileAccumulator {
 }
 
 impl QuantileAccumulator {
+    fn new(q: f64) -> QuantileAccumulator {
+        QuantileAccumulator {
+            q,
+            buckets: BTreeMap::new(),
+            unbucketed: 0.0,
+        }
+    }
+
     fn add(&mut self, bucket: Option<i32>, n: Option<f64>) {
         let Some(n) = n else { return };
         match bucket {
@@ -159,22 +180,6 @@ impl Accumulator for QuantileAccumulator {
     }
 }
 
-/// `q` is the aggregate's third argument, which must be a constant in [0, 1].
-fn quantile_accumulator(args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-    let q = match args.exprs.get(2).and_then(|e| e.downcast_ref::<Literal>()) {
-        Some(literal) => match literal.value() {
-            ScalarValue::Float64(Some(q)) if (0.0..=1.0).contains(q) => *q,
-            other => return exec_err!("sg_bucket_quantile: q must be in [0, 1], got {other}"),
-        },
-        None => return exec_err!("sg_bucket_quantile: q must be a constant"),
-    };
-    Ok(Box::new(QuantileAccumulator {
-        q,
-        buckets: BTreeMap::new(),
-        unbucketed: 0.0,
-    }))
-}
-
 /// Register `sg_bucket`, `sg_bucket_ms`, `sg_le` and `sg_bucket_quantile` in a session. The
 /// scalar functions map the values with Arrow's `unary`, which keeps the input's nulls and
 /// maps every slot (collecting an iterator of `Option`s builds the array value by value).
@@ -219,24 +224,13 @@ pub fn register(ctx: &SessionContext) {
         Volatility::Immutable,
         Arc::new(to_ms),
     ));
-    let list = |item: DataType| DataType::List(Arc::new(Field::new_list_field(item, true)));
-    ctx.register_udaf(create_udaf(
-        "sg_bucket_quantile",
-        vec![DataType::Int32, DataType::Float64, DataType::Float64],
-        Arc::new(DataType::Float64),
-        Volatility::Immutable,
-        Arc::new(quantile_accumulator),
-        Arc::new(vec![
-            list(DataType::Int32),
-            list(DataType::Float64),
-            DataType::Float64,
-        ]),
-    ));
+    ctx.register_udaf(AggregateUDF::from(grouped::BucketQuantile::new()));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::Field;
 
     /// The aggregate merges partial histograms from several partitions, counts unbucketed
     /// values in the total only, and is null when no bucket reaches the rank.
