@@ -22,8 +22,11 @@
 //! it; `retries.overlapping_resends` fixes the reading for every race instead (`hedge` for
 //! a fleet whose clients hedge).
 
-use super::*;
+use arrow::array::{Int64Array, StringArray};
 use stormglass_model::Outcome;
+
+use super::calls::CallSlot;
+use super::rows::Kind;
 
 /// How attempts that overlap an earlier attempt of their call are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
