@@ -321,8 +321,33 @@ fn assert_per_try_timeout(report: &Value, backend: &Value) {
     assert_eq!(layer(report, "stock-pertry")["requests"], CALLS + retries);
 }
 
-/// Debian's HAProxy and nginx re-sending 503s between two backend instances, and HAProxy
-/// re-sending after a per-try timeout, through OTLP into `serve`: exact figures live, and
+/// The truth of a timeout HAProxy does not retry (`timeout server 300ms`, `retry-on 503`):
+/// odd calls take 450 ms, HAProxy answers 504 at 300 ms while the backend works on. One
+/// attempt per call, half of them timed out and orphans working ~150 ms after, no retry.
+fn assert_unretried_timeout(report: &Value, backend: &Value) {
+    let e = edge(report, "stock-noretry", "GET")
+        .unwrap_or_else(|| panic!("no edge to stock-noretry: {report:#}"));
+    let at = format!("stock-noretry: {e:#}");
+    assert_eq!(backend["stock-noretry"]["requests"], CALLS, "{backend}");
+    assert_eq!(backend["stock-noretry"]["slow"], CALLS / 2, "{backend}");
+    assert_eq!(
+        (e["logical_calls"].as_u64(), e["attempts"].as_u64()),
+        (Some(CALLS), Some(CALLS)),
+        "{at}"
+    );
+    assert_eq!(e["retry_attempts"], 0, "{at}");
+    assert_eq!(e["timeout_rate"], 0.5, "{at}");
+    assert_eq!(e["raw_success_rate"], 0.5, "{at}");
+    assert_eq!(e["orphan_pairs"], CALLS / 2, "{at}");
+    let work = e["orphan_work_seconds"].as_f64().unwrap() / (CALLS / 2) as f64;
+    assert!(
+        (0.08..0.3).contains(&work),
+        "{work} s of work per timed-out call: {at}"
+    );
+}
+
+/// Debian's HAProxy and nginx re-sending 503s between two backend instances, HAProxy
+/// re-sending after a per-try timeout and answering a timeout it does not retry, through OTLP into `serve`: exact figures live, and
 /// the same from its archive with `stormglass analyze`.
 #[test]
 fn retries_of_real_proxies_count() {
@@ -343,9 +368,11 @@ fn retries_of_real_proxies_count() {
         2 * CALLS,
     );
     report_with(&server, &[("stock-nginx", "GET")], 3 * CALLS / 2);
-    let live = report_with(&server, &[("stock-pertry", "GET")], 3 * CALLS / 2);
+    report_with(&server, &[("stock-pertry", "GET")], 3 * CALLS / 2);
+    let live = report_with(&server, &[("stock-noretry", "GET")], CALLS);
     assert_proxied(&live, &backend);
     assert_per_try_timeout(&live, &backend);
+    assert_unretried_timeout(&live, &backend);
     let (ok, _) = server.terminate();
     assert!(ok);
 
@@ -354,6 +381,7 @@ fn retries_of_real_proxies_count() {
     let offline: Value = serde_json::from_str(&stdout).unwrap();
     assert_proxied(&offline, &backend);
     assert_per_try_timeout(&offline, &backend);
+    assert_unretried_timeout(&offline, &backend);
 }
 
 /// Calls of tests/js/grpc_hedging.mjs: a multiple of 3, one third per shape.

@@ -10,6 +10,9 @@ app under OpenTelemetryMiddleware, which answer 503 to the first tries of odd ca
   `retry-on response-timeout 503`, to `stock-pertry`: GET /slow/N; the first try of odd
   calls takes 450 ms, so HAProxy gives up on it at 300 ms and re-sends to the other
   instance while the first keeps working (an orphan), the second answers at once.
+* haproxy with a timeout it does not retry: `timeout server 300ms`, `retry-on 503`, to
+  `stock-noretry`: GET /late/N; odd calls take 450 ms, HAProxy answers 504 at 300 ms while
+  the backend works on (an orphan), even calls answer at once.
 * nginx: Debian's nginx, `proxy_next_upstream error timeout http_503 non_idempotent` over
   the two instances, to `stock-nginx`: GET /items/N; odd calls fail once (nginx tries each
   instance once).
@@ -160,15 +163,17 @@ def nginx(ports):
     return start(["nginx", "-e", "stderr", "-p", prefix, "-c", config], port), port
 
 
-def run(proxy, requests_of):
-    """Each call under a SERVER span of `shop`, through `proxy`."""
+def run(proxy, requests_of, late=None):
+    """Each call under a SERVER span of `shop`, through `proxy`: answered 200, or `late`
+    for odd calls when given."""
     session = requests.Session()  # no retries of its own: only the proxy re-sends
     try:
         for method, path in requests_of:
             with tracer.start_as_current_span(f"{method} /buy", kind=trace.SpanKind.SERVER):
                 body = b"order" if method == "POST" else None
                 r = session.request(method, f"http://127.0.0.1:{proxy[1]}{path}", data=body)
-                assert r.status_code == 200, (path, r.status_code)
+                odd = int(path.rsplit("/", 1)[-1]) % 2 == 1
+                assert r.status_code == (late if late and odd else 200), (path, r.status_code)
     finally:
         proxy[0].terminate()
         proxy[0].wait()
@@ -180,6 +185,8 @@ run(haproxy(instances("stock-haproxy", 2)), gets + posts)
 run(nginx(instances("stock-nginx", 1)), gets)
 slow = [("GET", f"/slow/{i}") for i in range(calls)]
 run(haproxy(instances("stock-pertry", 1, slow=True), "300ms", "response-timeout 503"), slow)
+late = [("GET", f"/late/{i}") for i in range(calls)]
+run(haproxy(instances("stock-noretry", 1, slow=True), "300ms", "503"), late, late=504)
 time.sleep(2 * SLOW_S)  # the abandoned tries finish their spans
 flush()
 print(json.dumps(truth))

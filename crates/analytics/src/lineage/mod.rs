@@ -89,8 +89,9 @@
 //!
 //! Along its seams: [`schema`] (table names and schemas), `rows` (span kinds, traces
 //! grouped by id, parent rows), `skew` (clock bounds and offsets), `calls` (logical calls),
-//! `columns` (edges and the output batches); this file walks the ancestors and wires them.
-//! The children share this file's imports (`use super::*`).
+//! [`races`] (re-sent attempts read together: answered, abandoned, hedged), `columns` (edges
+//! and the output batches); this file walks the ancestors and wires them. The older children
+//! share this file's imports (`use super::*`); `races` names its own.
 
 mod calls;
 mod columns;
