@@ -285,18 +285,15 @@ fn assert_proxied(report: &Value, backend: &Value) {
 /// response-timeout`): odd calls' first tries take 450 ms, so HAProxy gives up on them and
 /// re-sends to the other instance, which answers. Each re-send is a retry with cause
 /// `deadline`, not a hedge; the try given up on is a timeout, not a success, and an orphan
-/// working ~150 ms after; one host's clock reads no skew.
-fn assert_per_try_timeout(report: &Value, backend: &Value) {
-    let e = edge(report, "stock-pertry", "GET")
-        .unwrap_or_else(|| panic!("no edge to stock-pertry: {report:#}"));
-    let at = format!("stock-pertry: {e:#}");
+/// working ~150 ms after; one host's clock reads no skew. The same for nginx's
+/// `proxy_read_timeout` with `proxy_next_upstream timeout`.
+fn assert_per_try_timeout(report: &Value, backend: &Value, service: &str) {
+    let e =
+        edge(report, service, "GET").unwrap_or_else(|| panic!("no edge to {service}: {report:#}"));
+    let at = format!("{service}: {e:#}");
     let retries = CALLS / 2;
-    assert_eq!(backend["stock-pertry"]["slow"], retries, "{backend}");
-    assert_eq!(
-        backend["stock-pertry"]["requests"],
-        CALLS + retries,
-        "{backend}"
-    );
+    assert_eq!(backend[service]["slow"], retries, "{backend}");
+    assert_eq!(backend[service]["requests"], CALLS + retries, "{backend}");
     assert_eq!(e["logical_calls"], CALLS, "{at}");
     assert_eq!(e["attempts"], CALLS + retries, "{at}");
     assert_eq!(e["retry_attempts"], retries, "{at}");
@@ -318,7 +315,7 @@ fn assert_per_try_timeout(report: &Value, backend: &Value) {
         "{work} s of work per abandoned try: {at}"
     );
     assert_eq!(e["clock_skew_ms"].as_f64().unwrap_or(0.0), 0.0, "{at}");
-    assert_eq!(layer(report, "stock-pertry")["requests"], CALLS + retries);
+    assert_eq!(layer(report, service)["requests"], CALLS + retries);
 }
 
 /// The truth of a timeout HAProxy does not retry (`timeout server 300ms`, `retry-on 503`):
@@ -369,9 +366,12 @@ fn retries_of_real_proxies_count() {
     );
     report_with(&server, &[("stock-nginx", "GET")], 3 * CALLS / 2);
     report_with(&server, &[("stock-pertry", "GET")], 3 * CALLS / 2);
+    report_with(&server, &[("stock-nginx-pertry", "GET")], 3 * CALLS / 2);
     let live = report_with(&server, &[("stock-noretry", "GET")], CALLS);
     assert_proxied(&live, &backend);
-    assert_per_try_timeout(&live, &backend);
+    for service in ["stock-pertry", "stock-nginx-pertry"] {
+        assert_per_try_timeout(&live, &backend, service);
+    }
     assert_unretried_timeout(&live, &backend);
     let (ok, _) = server.terminate();
     assert!(ok);
@@ -380,7 +380,9 @@ fn retries_of_real_proxies_count() {
     assert!(ok, "{stderr}");
     let offline: Value = serde_json::from_str(&stdout).unwrap();
     assert_proxied(&offline, &backend);
-    assert_per_try_timeout(&offline, &backend);
+    for service in ["stock-pertry", "stock-nginx-pertry"] {
+        assert_per_try_timeout(&offline, &backend, service);
+    }
     assert_unretried_timeout(&offline, &backend);
 }
 

@@ -13,6 +13,9 @@ app under OpenTelemetryMiddleware, which answer 503 to the first tries of odd ca
 * haproxy with a timeout it does not retry: `timeout server 300ms`, `retry-on 503`, to
   `stock-noretry`: GET /late/N; odd calls take 450 ms, HAProxy answers 504 at 300 ms while
   the backend works on (an orphan), even calls answer at once.
+* nginx with a per-try timeout: `proxy_read_timeout 300ms` and `proxy_next_upstream ...
+  timeout`, to `stock-nginx-pertry`: GET /wait/N; the first try of odd calls takes 450 ms,
+  nginx gives up on it at 300 ms and tries the other instance, which answers at once.
 * nginx: Debian's nginx, `proxy_next_upstream error timeout http_503 non_idempotent` over
   the two instances, to `stock-nginx`: GET /items/N; odd calls fail once (nginx tries each
   instance once).
@@ -139,9 +142,9 @@ def haproxy(ports, timeout="10s", retry_on="503"):
     return start(["haproxy", "-db", "-f", config], port), port
 
 
-def nginx(ports):
+def nginx(ports, read_timeout="60s"):
     port = free_port()
-    prefix = os.path.join(work, "nginx")
+    prefix = os.path.join(work, f"nginx-{port}")
     os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
     config = os.path.join(prefix, "nginx.conf")
     # max_fails=0: a 503 must not take an instance out of the rotation for 10 s.
@@ -157,6 +160,7 @@ def nginx(ports):
             f"http {{\n  access_log off;\n{temp}  upstream stock {{\n{servers}  }}\n"
             f"  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n"
             "      proxy_pass http://stock;\n"
+            f"      proxy_read_timeout {read_timeout};\n"
             "      proxy_next_upstream error timeout http_503 non_idempotent;\n"
             "    }\n  }\n}\n"
         )
@@ -185,6 +189,8 @@ run(haproxy(instances("stock-haproxy", 2)), gets + posts)
 run(nginx(instances("stock-nginx", 1)), gets)
 slow = [("GET", f"/slow/{i}") for i in range(calls)]
 run(haproxy(instances("stock-pertry", 1, slow=True), "300ms", "response-timeout 503"), slow)
+waits = [("GET", f"/wait/{i}") for i in range(calls)]
+run(nginx(instances("stock-nginx-pertry", 1, slow=True), "300ms"), waits)
 late = [("GET", f"/late/{i}") for i in range(calls)]
 run(haproxy(instances("stock-noretry", 1, slow=True), "300ms", "503"), late, late=504)
 time.sleep(2 * SLOW_S)  # the abandoned tries finish their spans
