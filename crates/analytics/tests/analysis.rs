@@ -952,30 +952,12 @@ async fn loop_inference_can_be_turned_off() {
     assert_eq!(edge(&r, "web", "api").attempts, 3);
 }
 
-/// Every fixture, each in its own time range.
-fn every_fixture() -> Spans {
-    let mut s = Spans::default();
-    fixtures::storm(&mut s, 1);
-    fixtures::budgets(&mut s, 10);
-    fixtures::unsafe_post(&mut s, 20);
-    fixtures::pending_orphans(&mut s, 30);
-    fixtures::both_shapes(&mut s, 40);
-    fixtures::healthy(&mut s, 50);
-    fixtures::slow_tail(&mut s, 1000);
-    fixtures::hidden(&mut s, 60);
-    fixtures::out_of_budget(&mut s, 2100);
-    fixtures::idempotency_keys(&mut s, 2200);
-    fixtures::proxy_resends(&mut s, 2300);
-    fixtures::hedges(&mut s, 2400);
-    s
-}
-
 /// Every fixture together: the live path (traces released over several intervals, each
 /// aggregated into partials, the window merged) gives the same figures as offline analysis
 /// of all spans at once.
 #[tokio::test]
 async fn live_and_offline_agree() {
-    let s = every_fixture();
+    let s = fixtures::every_fixture();
     let offline = report(&s).await;
 
     let live = LiveAnalysis::new(
@@ -1014,7 +996,7 @@ async fn live_and_offline_agree() {
 /// the figures of the same spans analysed offline as one batch.
 #[tokio::test]
 async fn chunked_interval_equals_offline() {
-    let s = every_fixture();
+    let s = fixtures::every_fixture();
     let offline = report(&s).await;
 
     let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
@@ -1137,7 +1119,7 @@ async fn back_to_back_calls_overlapping_by_a_tick_are_sequential() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offline_chunks_equal_one_batch() {
     use stormglass_analytics::offline;
-    let mut s = every_fixture();
+    let mut s = fixtures::every_fixture();
     // inv's clock 40 ms ahead: the timed-out calls' chunks have no answered call of their own.
     fixtures::add_skewed_calls(&mut s, 5000, 40.0, 1..=28);
     // Timed-out calls whose inv SERVER span never arrived: orphans, since inv sends SERVER

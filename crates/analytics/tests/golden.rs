@@ -199,6 +199,25 @@ async fn golden_pending_orphans() {
     check("pending_orphans", fixtures::pending_orphans).await;
 }
 
+/// The goldens hold every fixture of the testkit's roster (but `slow_tail`, 1,000 traces),
+/// and nothing else: one roster for the goldens and the live/offline comparisons.
+#[test]
+fn goldens_hold_every_fixture() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut held: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    held.sort();
+    let mut roster: Vec<String> = fixtures::ALL
+        .iter()
+        .map(|(name, ..)| (*name).to_owned())
+        .filter(|name| name != "slow_tail")
+        .collect();
+    roster.sort();
+    assert_eq!(held, roster);
+}
+
 /// Golden tables of both retry shapes.
 #[tokio::test]
 async fn golden_both_shapes() {
