@@ -87,21 +87,6 @@ impl Live {
     }
 }
 
-fn all_fixtures() -> Spans {
-    let mut s = Spans::default();
-    fixtures::storm(&mut s, 1);
-    fixtures::budgets(&mut s, 10);
-    fixtures::unsafe_post(&mut s, 20);
-    fixtures::pending_orphans(&mut s, 30);
-    fixtures::both_shapes(&mut s, 40);
-    fixtures::healthy(&mut s, 50);
-    fixtures::hidden(&mut s, 60);
-    fixtures::timeouts(&mut s, 100);
-    fixtures::out_of_budget(&mut s, 200);
-    fixtures::idempotency_keys(&mut s, 300);
-    s
-}
-
 /// Every failure mode in one interval: after the next interval the counters hold exactly the
 /// report's counts (logical calls, attempts by kind and outcome, layer attempts and
 /// baselines, orphans, unsafe/immediate/timeout-on-write retries, deadline violations,
@@ -110,7 +95,7 @@ fn all_fixtures() -> Spans {
 #[tokio::test]
 async fn exposition_matches_the_report() {
     let mut live = Live::new(2000);
-    let spans = all_fixtures();
+    let spans = fixtures::every_fixture();
     let report = live.interval(&spans).await;
 
     // A new series is exposed at 0 first, so Prometheus' increase() sees it start.
@@ -376,7 +361,7 @@ async fn counters_accumulate_across_intervals() {
 async fn cardinality_bound_folds_into_overflow() {
     let mut bounded = Live::new(1);
     let mut unbounded = Live::new(2000);
-    let spans = all_fixtures();
+    let spans = fixtures::every_fixture();
     for live in [&mut bounded, &mut unbounded] {
         live.interval(&spans).await;
         live.interval(&Spans::default()).await;
