@@ -90,15 +90,18 @@ impl RaceInput<'_> {
         let client_end = self.client(race).map(|c| self.end.value(c));
         let tol = self.tolerance_ns;
         // An attempt followed by one sent after it ended, or after it if it failed
-        // retryably, did not answer: the caller went on.
+        // retryably, did not answer: the caller went on. The last start says whether any
+        // was (one pass per race, whatever its size).
+        let last_start = race
+            .iter()
+            .map(|&r| self.started(r))
+            .max()
+            .unwrap_or(i64::MIN);
         let followed = |i: usize| {
             let (started, ended) = (self.started(race[i]), self.ended(race[i]));
             let retried =
                 Outcome::from_class(self.outcome.value(race[i])).is_some_and(Outcome::is_retried);
-            race.iter().any(|&r| {
-                let s = self.started(r);
-                s > started && (retried || s >= ended - tol)
-            })
+            last_start > started && (retried || last_start >= ended - tol)
         };
         let candidates = (0..race.len()).filter(|&i| !followed(i));
         let answer = match client_end {
