@@ -9,7 +9,7 @@
 //      runs, and the hedge is cancelled (and works on ~300 ms).
 // The margins (90 ms and more) keep the shapes on a busy machine.
 // Prints the truth as the server and the client saw it (attempts received, calls answered
-// ok) as one JSON line. Usage: node grpc_hedging.mjs OTLP_HTTP_URL COUNT
+// ok, seconds the handlers ran) as one JSON line. Usage: node grpc_hedging.mjs OTLP_HTTP_URL COUNT
 // (`server` after COUNT: the server's role, in the child process).
 import { fork } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -67,6 +67,7 @@ if (role === 'server') {
   const { provider, grpc } = instrument('hedge-search');
   const arrivals = new Map();
   let received = 0;
+  let worked = 0; // ms the handlers ran, all of them
   const server = new grpc.Server();
   server.addService(definition, {
     find: (call, callback) => {
@@ -75,7 +76,11 @@ if (role === 'server') {
       arrivals.set(n, nth);
       received += 1;
       const ms = [[10, 10], [400, 10], [200, 400]][n % 3][nth === 1 ? 0 : 1];
-      setTimeout(() => callback(null, { n, nth }), ms);
+      const began = performance.now();
+      setTimeout(() => {
+        worked += performance.now() - began;
+        callback(null, { n, nth });
+      }, ms);
     },
   });
   server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (error, port) => {
@@ -85,7 +90,7 @@ if (role === 'server') {
   process.on('message', async () => {
     await sleep(800); // the last cancelled handlers finish, and their spans end
     await provider.forceFlush();
-    process.send({ received });
+    process.send({ received, worked_seconds: worked / 1000 });
     server.forceShutdown();
     await provider.shutdown();
     process.exit(0);
@@ -120,8 +125,8 @@ if (role === 'server') {
   }
   client.close();
   child.send('done');
-  const { received } = await fromChild();
+  const { received, worked_seconds } = await fromChild();
   await provider.forceFlush();
   await provider.shutdown();
-  console.log(JSON.stringify({ calls: count, answered, received }));
+  console.log(JSON.stringify({ calls: count, answered, received, worked_seconds }));
 }

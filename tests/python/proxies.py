@@ -20,8 +20,8 @@ app under OpenTelemetryMiddleware, which answer 503 to the first tries of odd ca
   the two instances, to `stock-nginx`: GET /items/N; odd calls fail once (nginx tries each
   instance once).
 
-Prints, per backend service, the requests it received, the 503s it answered and the tries
-it was too slow for (the truth next to what the proxies' own logs would say), as one JSON
+Prints, per backend service, the requests it received, the 503s it answered, the tries
+it was too slow for and how long those ran (the truth next to what the proxies' own logs would say), as one JSON
 line. Spans are exported once, at the end (OTEL_BSP_SCHEDULE_DELAY), so a trace's spans
 arrive together, an abandoned try's included.
 
@@ -72,14 +72,19 @@ def backend(service, fails, slow=False):
             tries[service, key] = tries.get((service, key), 0) + 1
             odd_first = int(key.rsplit("/", 1)[-1]) % 2 == 1 and tries[service, key] <= fails
             failing = odd_first and not slow
-            counts = truth.setdefault(service, {"requests": 0, "503": 0, "slow": 0})
+            counts = truth.setdefault(
+                service, {"requests": 0, "503": 0, "slow": 0, "slow_seconds": 0.0}
+            )
             counts["requests"] += 1
             counts["503"] += failing
             counts["slow"] += odd_first and slow
         if environ.get("CONTENT_LENGTH"):
             environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
         if odd_first and slow:
+            began = time.monotonic()
             time.sleep(SLOW_S)
+            with lock:
+                counts["slow_seconds"] += time.monotonic() - began
         if failing:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"busy"]
