@@ -137,10 +137,9 @@ impl RaceInput<'_> {
 /// The races of `calls` (each the rows of one call's SERVER attempts, in call order),
 /// split where the caller-side span changes.
 fn races<'c>(call: &'c [usize], sender: &'c [usize]) -> impl Iterator<Item = &'c [usize]> {
-    call.chunk_by(move |&a, &b| {
-        let (sa, sb) = (sender[a], sender[b]);
-        if sa != a || sb != b { sa == sb } else { true }
-    })
+    // One re-sending CLIENT span's children, or consecutive attempts that are their own
+    // senders (an uninstrumented caller's re-sends).
+    call.chunk_by(move |&a, &b| sender[a] == sender[b] || (sender[a] == a && sender[b] == b))
 }
 
 /// Read every race of `calls` and set its attempts' `hedged`, `gave_up` and `decides`
@@ -175,20 +174,19 @@ pub(super) fn settle(
                     .get(i + 1)
                     .map(|&n| input.started(n))
                     .filter(|&s| s < ended - tol);
-                // In the caller's clock: when it stopped waiting, and why (never for the
-                // attempt it took its answer from).
-                // A failed attempt answered with its failure, however late its span closed
-                // (a 503 written slowly on a busy host).
+                // In the caller's clock: when it stopped waiting, and why; never for the
+                // attempt it took its answer from, nor for a failed one, which answered with
+                // its failure however late its span closed (a 503 written slowly on a busy
+                // host).
                 let answered = read.answer == Some(i) && !outlasted(row);
                 let given_up = if answered || failed {
                     None
                 } else if hedge {
-                    outlasted(row).then_some(("cancelled", read.decided_at))
-                } else if outlasted(row) || next.is_some() {
-                    match next {
-                        Some(at) => Some(("deadline", Some(at))),
-                        None => Some(("cancelled", read.decided_at)),
-                    }
+                    outlasted(row).then_some("cancelled").zip(read.decided_at)
+                } else if let Some(at) = next {
+                    Some(("deadline", at))
+                } else if outlasted(row) {
+                    read.decided_at.map(|at| ("cancelled", at))
                 } else {
                     None
                 };
@@ -196,7 +194,7 @@ pub(super) fn settle(
                 slot.hedged = hedge && overlapping;
                 slot.decides = ends_call && answered;
                 if slot.seen_as.is_none()
-                    && let Some((outcome, Some(at))) = given_up
+                    && let Some((outcome, at)) = given_up
                 {
                     slot.gave_up = Some(GaveUp {
                         outcome,
