@@ -201,3 +201,66 @@ fn crates_depend_in_the_order_data_flows() {
         );
     }
 }
+
+/// The alerts docs/alerts.md marks "minimum traffic" are exactly those whose rule carries
+/// the `alerts.min_events_per_minute` guard, and docs/configuration.md names no list of
+/// its own: the rule is stated once, beside the table the code is held to.
+#[test]
+fn minimum_traffic_marks_are_the_guarded_rules() {
+    use stormglass_analytics::alerts::DEFINITIONS;
+    let text = std::fs::read_to_string(repo_root().join("docs/alerts.md")).unwrap();
+    let marked: BTreeSet<(String, bool)> = text
+        .lines()
+        .skip_while(|l| !l.ends_with("| minimum traffic |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let guarded = cells[5].starts_with("yes");
+            (cells[1].trim_matches('`').to_owned(), guarded)
+        })
+        .collect();
+    // A threshold no other setting has, so its appearance in a rule is the guard's.
+    let thresholds = stormglass_analytics::AlertThresholds {
+        min_events_per_minute: 7.25,
+        ..Default::default()
+    };
+    let guarded: BTreeSet<(String, bool)> = DEFINITIONS
+        .iter()
+        .map(|d| {
+            let rule = (d.expr)(&thresholds);
+            (d.name.to_owned(), rule.contains(" * 60 >= 7.25"))
+        })
+        .collect();
+    assert_eq!(marked, guarded, "docs/alerts.md's minimum traffic column");
+    let config = std::fs::read_to_string(repo_root().join("docs/configuration.md")).unwrap();
+    let line = config
+        .lines()
+        .find(|l| l.starts_with("| `alerts.min_events_per_minute`"))
+        .unwrap();
+    assert!(line.contains("(alerts.md)"), "{line}");
+}
+
+/// docs/configuration.md shows the example file whole (its keys and comments, below the
+/// file's own header), so the page cannot fall behind the file its test loads.
+#[test]
+fn configuration_page_shows_the_example_file() {
+    let page = std::fs::read_to_string(repo_root().join("docs/configuration.md")).unwrap();
+    let example =
+        std::fs::read_to_string(repo_root().join("crates/cli/stormglass.example.yaml")).unwrap();
+    let shown = page
+        .split_once("```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(block, _)| block)
+        .unwrap();
+    let body = example
+        .lines()
+        .skip_while(|l| l.starts_with('#') || l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(
+        shown,
+        body.trim_end(),
+        "docs/configuration.md's example block"
+    );
+}

@@ -1,6 +1,6 @@
-//! The analysis on hand-built fixtures (stormglass_testkit::fixtures): each failure mode of
-//! the README produces the figures computed by hand in its fixture's comment. Long because it
-//! is one short test per fixture and figure; each stands alone.
+//! The analysis on hand-built fixtures (stormglass_testkit::fixtures): each failure mode
+//! stormglass finds produces the figures computed by hand in its fixture's comment. Long
+//! because it is one short test per fixture and figure; each stands alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use stormglass_testkit::fixtures;

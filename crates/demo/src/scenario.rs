@@ -1,4 +1,4 @@
-//! The scenarios: each a replay of one failure mode of the README, as the
+//! The scenarios: each a replay of one failure mode stormglass finds, as the
 //! policies and latencies of the demo chain (gateway -> order -> inventory (gRPC) and
 //! payment (HTTP) -> database). Latencies are deterministic (every n-th call is slow), so
 //! the figures a scenario produces are known.
