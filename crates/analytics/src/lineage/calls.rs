@@ -1,7 +1,16 @@
 //! Attempts grouped into logical calls: the order, the rules that join an attempt to the
 //! one before it (numbers, re-sends, hedges, loops), and each attempt's place in its call.
 
-use super::*;
+use std::collections::HashMap;
+
+use arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{Int32Type, Int64Type};
+use stormglass_model::hash::KeyedHash;
+use stormglass_model::schema as col;
+
+use super::RetryRules;
+use super::races::{GaveUp, RaceInput, settle};
+use super::rows::{Kind, TraceGroups, column, span_int, trace_int};
 use stormglass_model::Outcome;
 
 /// SQL's ORDER BY ... ASC puts nulls last: `None` sorts after every value.

@@ -1,7 +1,26 @@
 //! The output batches: each attempt's edge, its call as a whole, and the `lineage`,
 //! `lineage_attempts` and `edge_names` columns gathered from the rows they link to.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+    StringArray, UInt32Array,
+};
+use arrow::compute::take;
+use arrow::datatypes::{Int32Type, Int64Type, SchemaRef};
+use stormglass_model::hash::KeyedHash;
+use stormglass_model::schema as col;
+
+use super::Node;
+use super::calls::{CallSlot, callee_hint};
+use super::rows::column;
+use super::schema::{
+    ANALYSED_LINEAGE_SCHEMA, ATTEMPT_COLUMNS, ATTEMPT_LINEAGE_SCHEMA, CALL_COLUMNS, Detail,
+    EDGE_NAMES_SCHEMA, LINEAGE_SCHEMA, SERVER_COLUMNS,
+};
+use crate::table::timed;
 
 /// The attempts' edges: each attempt's (caller, callee, operation) as one integer, numbered
 /// from 0 in the order first met, and each edge's names. The partials group by the

@@ -90,8 +90,8 @@
 //! Along its seams: [`schema`] (table names and schemas), `rows` (span kinds, traces
 //! grouped by id, parent rows), `skew` (clock bounds and offsets), `calls` (logical calls),
 //! [`races`] (re-sent attempts read together: answered, abandoned, hedged), `columns` (edges
-//! and the output batches); this file walks the ancestors and wires them. The older children
-//! share this file's imports (`use super::*`); `races` names its own.
+//! and the output batches); this file walks the ancestors and wires them. Each names what
+//! it uses from the others, so a reader sees where a name comes from.
 
 mod calls;
 mod columns;
@@ -105,26 +105,20 @@ pub(crate) use rows::{TraceGroups, repeated_rows};
 pub use schema::*;
 pub use skew::clock_bounds;
 
-use calls::*;
-use columns::*;
-use races::*;
-use rows::*;
-use skew::*;
+use calls::{Shape, hint_servers, logical_calls};
+use columns::{Links, build};
+use rows::{Kind, column, kinds, parent_rows};
+use skew::{clock_offsets, in_root_clock};
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
 
-use crate::clock::{self, Bound, ClockBounds};
+use crate::clock::ClockBounds;
 use crate::table::timed;
 use stormglass_model::hash::KeyedHash;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Float64Array, Int32Array,
-    Int64Array, RecordBatch, StringArray, UInt32Array,
-};
-use arrow::compute::take;
-use arrow::datatypes::{DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef};
-use stormglass_model::schema::{self as col, SPAN_ID_LEN};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
+use stormglass_model::schema as col;
 
 /// The lineage table and the clock pairs it was corrected with.
 pub struct Lineage {

@@ -1,7 +1,11 @@
 //! The batch's rows as the lineage walks them: span kinds, traces grouped by id, each
 //! span's parent row, and repeated spans.
 
-use super::*;
+use std::collections::HashMap;
+
+use arrow::array::{Array, ArrayRef, AsArray, FixedSizeBinaryArray, RecordBatch};
+use stormglass_model::hash::KeyedHash;
+use stormglass_model::schema as col;
 
 /// The span kinds the lineage tells apart.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,10 @@
 //! The lineage's table names and schemas: `lineage`, `lineage_attempts`, `edge_names`,
 //! `clock_pairs` (see the module docs of [`super`]).
 
-use super::*;
+use std::sync::{Arc, LazyLock};
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use stormglass_model::schema::{self as col, SPAN_ID_LEN};
 
 /// Name of the registered table.
 pub const LINEAGE: &str = "lineage";

@@ -2,7 +2,19 @@
 //! they give each service pair (see [`crate::clock`]), and the spans' times shifted into
 //! the root's clock.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::Int64Type;
+use stormglass_model::hash::KeyedHash;
+use stormglass_model::schema as col;
+
+use super::Node;
+use super::races::answering_children;
+use super::rows::{Kind, TraceGroups, column, kinds, parent_rows};
+use super::schema::CLOCK_PAIRS_SCHEMA;
+use crate::clock::{self, Bound, ClockBounds};
 
 /// The bounds of `spans`' own completed calls per service pair (see [`crate::clock`]): what
 /// a file analysed in chunks gives every chunk as its `prior`, so each chunk corrects the

@@ -1,6 +1,6 @@
 //! The lineage on hand-built spans.
 
-use arrow::array::{AsArray, BooleanArray};
+use arrow::array::{AsArray, BooleanArray, FixedSizeBinaryArray};
 use arrow::datatypes::{Float64Type, Int32Type};
 use stormglass_model::{Conventions, encode_request};
 use stormglass_testkit::otlp::{child_of, kv_int, request, span, span_id};
