@@ -10,6 +10,7 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type};
 use std::collections::BTreeMap;
 
 use crate::engine::Partials;
+use crate::figures::EDGE_COUNTS;
 use crate::histogram;
 use crate::report::Report;
 
@@ -134,18 +135,6 @@ counts! {
         labels: service;
         counts: received, baseline
     }
-    /// An edge's safety and provenance counts.
-    EdgeCount from "partial_edges" {
-        labels: caller, callee, operation;
-        counts: unsafe_retries, timeout_retries_on_writes, immediate_retries,
-            non_retryable_retries, retries_after_deadline, unstable_key_retries,
-            idempotency_hits,
-            retried_calls, retried_failed_calls, timed_out_served_attempts,
-            timed_out_server_ok_attempts, served_attempts, unbudgeted_served_attempts,
-            budgeted_attempts, deadline_ms_total, served_budgeted_attempts,
-            timeout_killed_attempts, hidden_attempts, inferred_attempts,
-            hedged_attempts, instance_retries, other_instance_retries
-    }
     /// Orphan pairs (work after the caller gave up) by how the callee's SERVER span ended.
     OrphanCount from "partial_orphans" {
         labels: caller, callee, operation, server_outcome;
@@ -217,6 +206,48 @@ pub fn out_of_budget(
     counted
 }
 
+/// An edge's counts ([`EDGE_COUNTS`]: safety, provenance, budgets), one value per entry
+/// in the catalogue's order, in the column's own unit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdgeCounts {
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub values: Vec<f64>,
+}
+
+impl EdgeCounts {
+    fn read(partials: &Partials) -> Vec<EdgeCounts> {
+        let Some(table) = partials.table("partial_edges") else {
+            debug_assert!(false, "partial partial_edges is missing");
+            return Vec::new();
+        };
+        let mut rows = Vec::with_capacity(table.rows());
+        for batch in &table.batches {
+            let columns: Vec<Vec<f64>> = EDGE_COUNTS
+                .iter()
+                .map(|c| counts(batch, c.column))
+                .collect();
+            let (caller, callee, operation) = (
+                labels(batch, "caller"),
+                labels(batch, "callee"),
+                labels(batch, "operation"),
+            );
+            for (row, ((caller, callee), operation)) in
+                caller.into_iter().zip(callee).zip(operation).enumerate()
+            {
+                rows.push(EdgeCounts {
+                    caller,
+                    callee,
+                    operation,
+                    values: columns.iter().map(|c| c[row]).collect(),
+                });
+            }
+        }
+        rows
+    }
+}
+
 /// Everything one interval adds to the counters and histograms.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct IntervalCounts {
@@ -224,7 +255,7 @@ pub struct IntervalCounts {
     pub attempts: Vec<AttemptCount>,
     pub entries: Vec<EntryCount>,
     pub layers: Vec<LayerCount>,
-    pub edges: Vec<EdgeCount>,
+    pub edges: Vec<EdgeCounts>,
     pub orphans: Vec<OrphanCount>,
     pub findings: Vec<FindingCount>,
     pub traces: Vec<TraceCount>,
@@ -242,7 +273,7 @@ impl Partials {
             attempts: AttemptCount::read(self),
             entries: EntryCount::read(self),
             layers: LayerCount::read(self),
-            edges: EdgeCount::read(self),
+            edges: EdgeCounts::read(self),
             orphans: OrphanCount::read(self),
             findings: FindingCount::read(self),
             traces: TraceCount::read(self),

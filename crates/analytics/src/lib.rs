@@ -8,6 +8,7 @@ pub mod alerts;
 pub mod clock;
 pub mod counts;
 pub mod engine;
+pub mod figures;
 pub mod files;
 pub mod histogram;
 pub mod lineage;

@@ -3,12 +3,33 @@
 
 use std::sync::LazyLock;
 
+use stormglass_analytics::figures::EDGE_COUNTS;
+
+/// Every counter family: [`Counter`]'s, then one per entry of the figure catalogue's
+/// [`EDGE_COUNTS`] (`stormglass_<counter>_total`, labelled by edge), at
+/// [`edge_count_family`].
+pub(super) static COUNTERS: LazyLock<Vec<Spec>> = LazyLock::new(|| {
+    let edge_counts = EDGE_COUNTS.iter().map(|c| Spec {
+        // Named once per process, for as long as it runs.
+        name: Box::leak(format!("stormglass_{}_total", c.counter).into_boxed_str()),
+        help: c.help,
+        labels: EDGE,
+    });
+    OWN_COUNTERS.iter().cloned().chain(edge_counts).collect()
+});
+
+/// The family index of the `i`-th entry of [`EDGE_COUNTS`] in [`COUNTERS`].
+pub(super) fn edge_count_family(i: usize) -> usize {
+    Counter::ALL.len() + i
+}
+
 /// Labels whose values come from the spans (unbounded sets; folded on overflow).
 pub(super) const IDENTITY: [&str; 5] = ["caller", "callee", "service", "operation", "cause"];
 
 pub(super) const EDGE: &[&str] = &["caller", "callee", "operation"];
 pub(super) const SERVICE: &[&str] = &["service"];
 
+#[derive(Clone)]
 pub(super) struct Spec {
     pub(super) name: &'static str,
     pub(super) help: &'static str,
@@ -50,8 +71,9 @@ macro_rules! families {
 }
 
 families! {
-    /// The counter families, in docs/metrics.md's order.
-    Counter, COUNTERS {
+    /// The counter families of their own; the per-edge counts of the figure catalogue
+    /// follow them in [`COUNTERS`].
+    Counter, OWN_COUNTERS {
         LogicalCalls => spec(
             "stormglass_logical_calls_total",
             "Logical calls (a call and all its attempts) completed, by first and final outcome (ok/failed).",
@@ -105,21 +127,6 @@ families! {
             "Seconds callees kept working after their caller cancelled or timed out.",
             EDGE,
         ),
-        UnsafeRetries => spec(
-            "stormglass_unsafe_retries_total",
-            "Retries of non-idempotent operations without an idempotency key.",
-            EDGE,
-        ),
-        TimeoutRetriesOnWrites => spec(
-            "stormglass_timeout_retries_on_writes_total",
-            "Retries caused by a deadline on non-idempotent operations (double-write risk).",
-            EDGE,
-        ),
-        ImmediateRetries => spec(
-            "stormglass_immediate_retries_total",
-            "Retries started sooner than advice.min_backoff_ms after the previous attempt.",
-            EDGE,
-        ),
         DeadlineViolations => spec(
             "stormglass_deadline_violations_total",
             "Deadline budget violations: inversion, overcommit, not_propagated.",
@@ -135,104 +142,9 @@ families! {
             "Traces with a span whose parent never arrived (a subtree that looks like its own entry), by the service of that span.",
             SERVICE,
         ),
-        BudgetedAttempts => spec(
-            "stormglass_budgeted_attempts_total",
-            "Attempts that carry a budget (a deadline): the attempts stormglass_timeout_seconds is the median of.",
-            EDGE,
-        ),
-        DeadlineSeconds => spec(
-            "stormglass_attempt_deadline_seconds_total",
-            "Sum of the budgets of budgeted attempts: divided by stormglass_budgeted_attempts_total it is the edge's mean timeout.",
-            EDGE,
-        ),
-        RetriedCalls => spec(
-            "stormglass_retried_calls_total",
-            "Logical calls with more than one attempt.",
-            EDGE,
-        ),
-        RetriedFailedCalls => spec(
-            "stormglass_retried_failed_calls_total",
-            "Logical calls with more than one attempt whose last attempt failed: divided by stormglass_retried_calls_total, the share of retried calls the retries did not save.",
-            EDGE,
-        ),
-        TimedOutServedAttempts => spec(
-            "stormglass_timed_out_served_attempts_total",
-            "Attempts ending in deadline whose callee sent a SERVER span.",
-            EDGE,
-        ),
-        TimedOutServerOkAttempts => spec(
-            "stormglass_timed_out_server_ok_attempts_total",
-            "Attempts ending in deadline whose callee's SERVER span ended ok, however long after: divided by stormglass_timed_out_served_attempts_total, the share of timeouts that threw finished work away.",
-            EDGE,
-        ),
-        NonRetryableRetries => spec(
-            "stormglass_non_retryable_retries_total",
-            "Retries after an attempt that ended client_error (a 4xx but 408 and 429, a gRPC status the same request meets again, a non-zero err_code): they cannot succeed.",
-            EDGE,
-        ),
-        UnstableKeyRetries => spec(
-            "stormglass_unstable_key_retries_total",
-            "Retries whose idempotency key differs from their first attempt's (or only one carries a key): the callee cannot tell they repeat it. Counted in stormglass_unsafe_retries_total too.",
-            EDGE,
-        ),
-        IdempotencyHits => spec(
-            "stormglass_idempotency_hits_total",
-            "Attempts whose callee's SERVER span answered from its idempotency store (idempotency.hit=true or idempotency.state=replayed): repeats the key made safe.",
-            EDGE,
-        ),
-        RetriesAfterDeadline => spec(
-            "stormglass_retries_after_deadline_total",
-            "Retries started with the caller's budget already spent: they cannot be answered in time.",
-            EDGE,
-        ),
         OutOfBudgetRetries => spec(
             "stormglass_out_of_budget_retries_total",
             "Retries started with less of the caller's budget left than the callee's median duration on the edge (within 2%; those after the deadline among them): retries that cannot fit. Each interval's retries are set against the window's median when the interval is analysed.",
-            EDGE,
-        ),
-        ServedAttempts => spec(
-            "stormglass_served_attempts_total",
-            "Attempts whose callee sent a SERVER span.",
-            EDGE,
-        ),
-        UnbudgetedServedAttempts => spec(
-            "stormglass_unbudgeted_served_attempts_total",
-            "Attempts whose callee sent a SERVER span, with no deadline on either side: divided by stormglass_served_attempts_total, the share of calls that can wait forever.",
-            EDGE,
-        ),
-        ServedBudgetedAttempts => spec(
-            "stormglass_served_budgeted_attempts_total",
-            "Attempts that carry a budget and whose callee sent a SERVER span: the attempts the timeout kill share is a share of.",
-            EDGE,
-        ),
-        TimeoutKilledAttempts => spec(
-            "stormglass_timeout_killed_attempts_total",
-            "Attempts whose callee's SERVER span ran longer than the attempt's budget: calls, slow but answered, the timeout cut off.",
-            EDGE,
-        ),
-        HiddenAttempts => spec(
-            "stormglass_hidden_attempts_total",
-            "Attempts read from SERVER spans that carry no attempt number: re-sends below the caller's CLIENT span (client library, proxy), calls from uninstrumented callers.",
-            EDGE,
-        ),
-        InferredAttempts => spec(
-            "stormglass_inferred_attempts_total",
-            "Attempts joined to their call as an application loop's retries (unnumbered sibling CLIENT spans after a retryable failure).",
-            EDGE,
-        ),
-        HedgedAttempts => spec(
-            "stormglass_hedged_attempts_total",
-            "Hedged attempts: started before an earlier attempt of the call had ended (counted as attempts, not as retries).",
-            EDGE,
-        ),
-        InstanceRetries => spec(
-            "stormglass_instance_retries_total",
-            "Retries whose SERVER span's instance and the previous attempt's are both known (service.instance.id, else host.name).",
-            EDGE,
-        ),
-        OtherInstanceRetries => spec(
-            "stormglass_other_instance_retries_total",
-            "Retries that reached another instance than the attempt before: divided by stormglass_instance_retries_total, the share of retries that moved.",
             EDGE,
         ),
     }

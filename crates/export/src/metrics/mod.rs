@@ -35,6 +35,7 @@ use std::time::SystemTime;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use stormglass_analytics::figures::EDGE_COUNTS;
 use stormglass_analytics::{IntervalObserver, Partials, Report, histogram};
 
 use catalogue::*;
@@ -173,8 +174,9 @@ impl FigureMetrics {
         let mut state = self.lock();
         let state = &mut *state;
         Self::apply_deferred(state);
+        // Families by index in COUNTERS: a Counter's own, or a catalogue entry's.
         let mut add =
-            |family: Counter, labels: Vec<String>, v: f64| self.add(state, family, labels, v);
+            |family: usize, labels: Vec<String>, v: f64| self.add_to(state, family, labels, v);
 
         let counts = partials.counts();
         for r in counts.calls {
@@ -185,7 +187,7 @@ impl FigureMetrics {
                 r.first_outcome,
                 r.final_outcome,
             ];
-            add(Counter::LogicalCalls, labels, r.calls);
+            add(Counter::LogicalCalls as usize, labels, r.calls);
         }
         for r in counts.attempts {
             let labels = vec![
@@ -196,61 +198,36 @@ impl FigureMetrics {
                 r.outcome,
                 r.cause,
             ];
-            add(Counter::Attempts, labels, r.attempts);
+            add(Counter::Attempts as usize, labels, r.attempts);
         }
         for r in counts.entries {
             let entry = vec![r.service, r.operation];
-            add(Counter::EntryRequests, entry.clone(), r.requests);
-            add(Counter::EntryFailedRequests, entry, r.failed);
+            add(Counter::EntryRequests as usize, entry.clone(), r.requests);
+            add(Counter::EntryFailedRequests as usize, entry, r.failed);
         }
         for r in counts.layers {
-            add(Counter::LayerAttempts, vec![r.service.clone()], r.received);
-            add(Counter::LayerBaseline, vec![r.service], r.baseline);
+            add(
+                Counter::LayerAttempts as usize,
+                vec![r.service.clone()],
+                r.received,
+            );
+            add(Counter::LayerBaseline as usize, vec![r.service], r.baseline);
         }
         for r in counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
-            for (family, v) in [
-                (Counter::UnsafeRetries, r.unsafe_retries),
-                (Counter::TimeoutRetriesOnWrites, r.timeout_retries_on_writes),
-                (Counter::ImmediateRetries, r.immediate_retries),
-                (Counter::BudgetedAttempts, r.budgeted_attempts),
-                (Counter::DeadlineSeconds, r.deadline_ms_total / 1e3),
-                (Counter::RetriedCalls, r.retried_calls),
-                (Counter::RetriedFailedCalls, r.retried_failed_calls),
-                (Counter::TimedOutServedAttempts, r.timed_out_served_attempts),
-                (
-                    Counter::TimedOutServerOkAttempts,
-                    r.timed_out_server_ok_attempts,
-                ),
-                (Counter::NonRetryableRetries, r.non_retryable_retries),
-                (Counter::RetriesAfterDeadline, r.retries_after_deadline),
-                (Counter::UnstableKeyRetries, r.unstable_key_retries),
-                (Counter::IdempotencyHits, r.idempotency_hits),
-                (Counter::ServedAttempts, r.served_attempts),
-                (
-                    Counter::UnbudgetedServedAttempts,
-                    r.unbudgeted_served_attempts,
-                ),
-                (Counter::ServedBudgetedAttempts, r.served_budgeted_attempts),
-                (Counter::TimeoutKilledAttempts, r.timeout_killed_attempts),
-                (Counter::HiddenAttempts, r.hidden_attempts),
-                (Counter::InferredAttempts, r.inferred_attempts),
-                (Counter::HedgedAttempts, r.hedged_attempts),
-                (Counter::InstanceRetries, r.instance_retries),
-                (Counter::OtherInstanceRetries, r.other_instance_retries),
-            ] {
-                add(family, edge.clone(), v);
+            for (i, (count, v)) in EDGE_COUNTS.iter().zip(&r.values).enumerate() {
+                add(edge_count_family(i), edge.clone(), v * count.unit.to_base());
             }
-            add(Counter::OutOfBudgetRetries, edge.clone(), 0.0);
-            add(Counter::OrphanWork, edge.clone(), 0.0);
+            add(Counter::OutOfBudgetRetries as usize, edge.clone(), 0.0);
+            add(Counter::OrphanWork as usize, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
                 labels.push(outcome.to_owned());
-                add(Counter::OrphanPairs, labels, 0.0);
+                add(Counter::OrphanPairs as usize, labels, 0.0);
             }
             for kind in ["inversion", "overcommit", "not_propagated"] {
                 add(
-                    Counter::DeadlineViolations,
+                    Counter::DeadlineViolations as usize,
                     vec![r.caller.clone(), r.callee.clone(), kind.to_owned()],
                     0.0,
                 );
@@ -260,7 +237,7 @@ impl FigureMetrics {
             stormglass_analytics::counts::out_of_budget(&counts.retry_budgets, report);
         for ((caller, callee, operation), v) in out_of_budget {
             add(
-                Counter::OutOfBudgetRetries,
+                Counter::OutOfBudgetRetries as usize,
                 vec![caller, callee, operation],
                 v,
             );
@@ -269,8 +246,8 @@ impl FigureMetrics {
             let edge = vec![r.caller, r.callee, r.operation];
             let mut labels = edge.clone();
             labels.push(r.server_outcome);
-            add(Counter::OrphanPairs, labels, r.pairs);
-            add(Counter::OrphanWork, edge, r.work_ms / 1e3);
+            add(Counter::OrphanPairs as usize, labels, r.pairs);
+            add(Counter::OrphanWork as usize, edge, r.work_ms / 1e3);
         }
         for r in counts.findings {
             let kind = match r.kind.as_str() {
@@ -280,18 +257,22 @@ impl FigureMetrics {
                 _ => continue,
             };
             add(
-                Counter::DeadlineViolations,
+                Counter::DeadlineViolations as usize,
                 vec![r.caller, r.callee, kind.to_owned()],
                 r.count,
             );
         }
         for r in counts.traces {
             add(
-                Counter::MultiLayer,
+                Counter::MultiLayer as usize,
                 vec![r.service.clone()],
                 r.multi_layer_retry_traces,
             );
-            add(Counter::BrokenTraces, vec![r.service], r.broken_traces);
+            add(
+                Counter::BrokenTraces as usize,
+                vec![r.service],
+                r.broken_traces,
+            );
         }
 
         let latency = counts
@@ -311,8 +292,9 @@ impl FigureMetrics {
         self.add_histograms(state, Histogram::RemainingBudget, budgets);
     }
 
-    fn add(&self, state: &mut State, family: Counter, labels: Vec<String>, v: f64) {
-        let (spec, family) = (&COUNTERS[family as usize], family as usize);
+    /// Add `v` to the series `labels` of the counter family at `family` in [`COUNTERS`].
+    fn add_to(&self, state: &mut State, family: usize, labels: Vec<String>, v: f64) {
+        let spec = &COUNTERS[family];
         let series = &mut state.counters[family].series;
         if let Some(total) = series.get_mut(&labels) {
             *total += v;

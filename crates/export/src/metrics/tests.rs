@@ -37,7 +37,7 @@ fn catalogue_is_indexed_by_its_variants() {
 /// exists, otherwise into the all-identity overflow series; existing series still grow.
 #[test]
 fn folding_keeps_series_bounded() {
-    let spec = &Counter::UnsafeRetries.spec();
+    let spec = &Counter::OrphanWork.spec();
     let mut series = BTreeMap::new();
     series.insert(key(&["a", "b", "op1"]), 1.0);
     let Folded::Yes(first) = fold(spec, &series, key(&["a", "b", "op2"]), 1) else {
