@@ -309,6 +309,7 @@ fn assert_per_try_timeout(report: &Value, backend: &Value, service: &str) {
     assert_eq!(e["retry_attempts"], retries, "{at}");
     assert_eq!(e["retries_by_cause"]["deadline"], retries, "{at}");
     assert_eq!(e["hedged_attempts"], 0, "{at}");
+    assert_eq!(e["per_try_timeout_retries"], retries, "{at}");
     assert_eq!(e["hidden_attempts"], 2 * retries, "{at}");
     assert_eq!(e["raw_success_rate"], 1.0, "{at}");
     assert_eq!(e["effective_success_rate"], 0.5, "{at}");
@@ -433,6 +434,8 @@ fn grpc_js_hedging_losers_are_abandoned() {
         assert_eq!(e["hidden_attempts"], 4 * third, "{at}");
         assert_eq!(e["hedged_attempts"], hedges, "{at}");
         assert_eq!(e["retry_attempts"], 2 * third - hedges, "{at}");
+        // Every overlapping re-send read one way or the other.
+        assert_eq!(e["per_try_timeout_retries"], 2 * third - hedges, "{at}");
         assert_eq!(e["raw_success_rate"], 1.0, "{at}");
         let near = |key: &str, want: f64| (e[key].as_f64().unwrap() - want).abs() < 1e-9;
         assert!(near("effective_success_rate", 2.0 / 3.0), "{at}");

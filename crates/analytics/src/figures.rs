@@ -162,6 +162,12 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Hedged attempts: started before an earlier attempt of the call had ended (counted as attempts, not as retries).",
     },
     EdgeCount {
+        column: "per_try_timeout_retries",
+        counter: "per_try_timeout_retries",
+        unit: Unit::Count,
+        help: "Retries sent while an earlier attempt of their call still ran, read as sent after a per-try timeout (a proxy's or mesh's retry; the others overlapping are hedges).",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

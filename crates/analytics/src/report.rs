@@ -148,6 +148,11 @@ pub struct EdgeFigures {
     /// not in the retry figures.
     #[serde(default)]
     pub hedged_attempts: u64,
+    /// Retries sent while an earlier attempt of their call still ran, read as sent after a
+    /// per-try timeout (a proxy's or mesh's): with `hedged_attempts`, how the edge's
+    /// overlapping re-sends were read.
+    #[serde(default)]
+    pub per_try_timeout_retries: u64,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,

@@ -692,8 +692,12 @@ async fn proxy_resends_are_retries_and_abandoned_attempts_bound_no_clock() {
     let api = edge(&r, "web", "api");
     assert_eq!((api.logical_calls, api.attempts), (3, 7), "{api:#?}");
     assert_eq!(
-        (api.retry_attempts, api.hedged_attempts),
-        (4, 0),
+        (
+            api.retry_attempts,
+            api.hedged_attempts,
+            api.per_try_timeout_retries
+        ),
+        (4, 0, 3),
         "{api:#?}"
     );
     assert_eq!(api.retries_by_cause.get("unavailable"), Some(&1));
@@ -711,8 +715,12 @@ async fn proxy_resends_are_retries_and_abandoned_attempts_bound_no_clock() {
     let hedging = report_with(&s, HEDGING).await;
     let api = edge(&hedging, "web", "api");
     assert_eq!(
-        (api.retry_attempts, api.hedged_attempts),
-        (1, 3),
+        (
+            api.retry_attempts,
+            api.hedged_attempts,
+            api.per_try_timeout_retries
+        ),
+        (1, 3, 0),
         "{api:#?}"
     );
     assert_eq!(api.orphan_pairs, 4);
@@ -768,9 +776,14 @@ async fn hedge_losers_are_abandoned() {
         (2, 4, 4),
         "{search:#?}"
     );
+    // How each call's overlapping re-send was read: one hedge, one per-try timeout.
     assert_eq!(
-        (search.retry_attempts, search.hedged_attempts),
-        (1, 1),
+        (
+            search.retry_attempts,
+            search.hedged_attempts,
+            search.per_try_timeout_retries
+        ),
+        (1, 1, 1),
         "{search:#?}"
     );
     assert_eq!(search.retries_by_cause.get("deadline"), Some(&1));
@@ -786,7 +799,14 @@ async fn hedge_losers_are_abandoned() {
     // Told the fleet hedges, both calls' overlapping attempts are hedges.
     let hedging = report_with(&s, HEDGING).await;
     let search = edge(&hedging, "web", "search");
-    assert_eq!((search.retry_attempts, search.hedged_attempts), (0, 2));
+    assert_eq!(
+        (
+            search.retry_attempts,
+            search.hedged_attempts,
+            search.per_try_timeout_retries
+        ),
+        (0, 2, 0)
+    );
     let work = search.orphan_work_seconds;
     assert!((work - 0.34).abs() < 1e-9, "{search:#?}");
 }

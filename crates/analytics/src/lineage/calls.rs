@@ -40,6 +40,9 @@ pub(super) struct CallSlot {
     /// A SERVER attempt that started before an earlier attempt of its call had ended, read
     /// as a hedge (see [`super::races`]).
     pub(super) hedged: bool,
+    /// A SERVER attempt that started before an earlier attempt of its call had ended, by
+    /// more than the overlap tolerance: hedged, or a retry after a per-try timeout.
+    pub(super) overlapped: bool,
     /// The SERVER attempt whose answer the caller took, where its call's attempts raced.
     pub(super) decides: bool,
     /// An attempt its caller stopped waiting for while it ran (see [`super::races`]).

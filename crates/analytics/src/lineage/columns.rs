@@ -481,6 +481,7 @@ pub(super) fn build(
     )));
     columns.push(flags(&|c| c.hidden));
     columns.push(flags(&|c| c.hedged));
+    columns.push(flags(&|c| c.overlapped));
     columns.push(flags(&|c| c.inferred));
     // Where a retry landed: the instance of its SERVER span against the previous attempt's.
     let instance = by_name(col::INSTANCE).as_string::<i32>();

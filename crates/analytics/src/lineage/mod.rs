@@ -39,6 +39,7 @@
 //! | `numbered` | the span carries an attempt number of its own |
 //! | `hidden` | a SERVER attempt without a number of its own (a re-send, or an uninstrumented caller's call) |
 //! | `hedged` | a SERVER attempt started before an earlier attempt of its call had ended, read as a hedge (see [`races`]) |
+//! | `overlapped` | a SERVER attempt started before an earlier attempt of its call had ended, by more than `retries.overlap_tolerance_ms`: hedged, or (not hedged) a retry after a per-try timeout |
 //! | `inferred` | joined to its call as an application loop's retry (see below) |
 //! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
 //!

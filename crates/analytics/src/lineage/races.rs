@@ -192,6 +192,7 @@ pub(super) fn settle(
                 };
                 let slot = &mut slots[row];
                 slot.hedged = hedge && overlapping;
+                slot.overlapped = overlapping;
                 slot.decides = ends_call && answered;
                 if slot.seen_as.is_none()
                     && let Some((outcome, at)) = given_up

@@ -177,6 +177,7 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("numbered", DataType::Boolean, false),
         Field::new("hidden", DataType::Boolean, false),
         Field::new("hedged", DataType::Boolean, false),
+        Field::new("overlapped", DataType::Boolean, false),
         Field::new("inferred", DataType::Boolean, false),
         Field::new("other_instance", DataType::Boolean, true),
     ]);
