@@ -178,14 +178,54 @@ counts! {
     }
 }
 
+/// An edge's retries that started with less budget left than the callee's median.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutOfBudget {
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub retries: f64,
+}
+
+/// Deadline budget violations of one kind between two services.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadlineViolations {
+    pub caller: String,
+    pub callee: String,
+    /// One of [`DEADLINE_VIOLATION_KINDS`].
+    pub kind: &'static str,
+    pub count: f64,
+}
+
+/// The kinds of deadline violation, each counted from the findings of its kind.
+pub const DEADLINE_VIOLATION_KINDS: [(&str, &str); 3] = [
+    ("inversion", "deadline_inversion"),
+    ("overcommit", "overcommit"),
+    ("not_propagated", "not_propagated"),
+];
+
+/// The deadline findings of `rows` by the violation kind they count as.
+fn deadline_violations(rows: Vec<FindingCount>) -> Vec<DeadlineViolations> {
+    rows.into_iter()
+        .filter_map(|r| {
+            let (kind, _) = DEADLINE_VIOLATION_KINDS
+                .iter()
+                .find(|(_, finding)| *finding == r.kind)?;
+            Some(DeadlineViolations {
+                caller: r.caller,
+                callee: r.callee,
+                kind,
+                count: r.count,
+            })
+        })
+        .collect()
+}
+
 /// The retries of `rows` that started with less budget left than their edge's
 /// `callee_median_ms` in `report`, per edge: retry_budgets.sql's rule (the remaining
 /// budget's bucket lies below the median's), for one interval's rows against a window's
 /// median. Edges without a median count none.
-pub fn out_of_budget(
-    rows: &[RetryBudgetBuckets],
-    report: &Report,
-) -> BTreeMap<(String, String, String), f64> {
+fn out_of_budget(rows: &[RetryBudgetBuckets], report: &Report) -> Vec<OutOfBudget> {
     let medians: BTreeMap<(&str, &str, &str), i64> = report
         .edges
         .iter()
@@ -204,6 +244,14 @@ pub fn out_of_budget(
         }
     }
     counted
+        .into_iter()
+        .map(|((caller, callee, operation), retries)| OutOfBudget {
+            caller,
+            callee,
+            operation,
+            retries,
+        })
+        .collect()
 }
 
 /// An edge's counts ([`EDGE_COUNTS`]: safety, provenance, budgets), one value per entry
@@ -248,7 +296,8 @@ impl EdgeCounts {
     }
 }
 
-/// Everything one interval adds to the counters and histograms.
+/// Everything one interval adds to the counters and histograms, complete: what an
+/// observer exports needs no table, query or rule of the analysis.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct IntervalCounts {
     pub calls: Vec<CallCount>,
@@ -257,17 +306,19 @@ pub struct IntervalCounts {
     pub layers: Vec<LayerCount>,
     pub edges: Vec<EdgeCounts>,
     pub orphans: Vec<OrphanCount>,
-    pub findings: Vec<FindingCount>,
+    pub deadline_violations: Vec<DeadlineViolations>,
     pub traces: Vec<TraceCount>,
     pub latency: Vec<LatencyBuckets>,
     pub entry_latency: Vec<EntryLatencyBuckets>,
     pub budgets: Vec<BudgetBuckets>,
-    pub retry_budgets: Vec<RetryBudgetBuckets>,
+    /// Retries out of budget, set against the window's medians (`report`).
+    pub out_of_budget: Vec<OutOfBudget>,
 }
 
 impl Partials {
-    /// This interval's counts, typed.
-    pub fn counts(&self) -> IntervalCounts {
+    /// This interval's counts, typed, with what depends on the window set against
+    /// `report`, the window's report once this interval joined it.
+    pub(crate) fn counts(&self, report: &Report) -> IntervalCounts {
         IntervalCounts {
             calls: CallCount::read(self),
             attempts: AttemptCount::read(self),
@@ -275,12 +326,12 @@ impl Partials {
             layers: LayerCount::read(self),
             edges: EdgeCounts::read(self),
             orphans: OrphanCount::read(self),
-            findings: FindingCount::read(self),
+            deadline_violations: deadline_violations(FindingCount::read(self)),
             traces: TraceCount::read(self),
             latency: LatencyBuckets::read(self),
             entry_latency: EntryLatencyBuckets::read(self),
             budgets: BudgetBuckets::read(self),
-            retry_budgets: RetryBudgetBuckets::read(self),
+            out_of_budget: out_of_budget(&RetryBudgetBuckets::read(self), report),
         }
     }
 }

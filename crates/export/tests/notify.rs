@@ -15,8 +15,9 @@ use axum::routing::post;
 use prometheus::Registry;
 use serde_json::Value;
 use stormglass_analytics::alerts::AlertThresholds;
+use stormglass_analytics::counts::IntervalCounts;
 use stormglass_analytics::report::{Finding, Orphan};
-use stormglass_analytics::{Alert, IntervalObserver, Partials, Report};
+use stormglass_analytics::{Alert, IntervalObserver, Report};
 use stormglass_export::notify::{AlertEvaluator, NotifyConfig};
 
 type Received = Arc<Mutex<Vec<(String, Value)>>>;
@@ -102,13 +103,8 @@ fn amplification(value: f64) -> Alert {
     }
 }
 
-fn partials() -> Partials {
-    Partials {
-        tables: Vec::new(),
-        spans: 0,
-        traces: 0,
-        span_range: None,
-    }
+fn counts() -> IntervalCounts {
+    IntervalCounts::default()
 }
 
 /// Pending for `for: 2m`, then firing to Alertmanager and the webhook; re-sent after the
@@ -129,15 +125,15 @@ async fn for_resend_and_resolve() {
     let at = |s: u64| t0 + Duration::from_secs(s);
     let storm = report_with(vec![amplification(27.0)]);
 
-    evaluator.interval(&partials(), &storm, at(0));
-    evaluator.interval(&partials(), &storm, at(110));
+    evaluator.interval(&counts(), &storm, at(0));
+    evaluator.interval(&counts(), &storm, at(110));
     let listed = evaluator.alerts();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, "pending");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(received.lock().unwrap().is_empty(), "sent before for: 2m");
 
-    evaluator.interval(&partials(), &storm, at(120));
+    evaluator.interval(&counts(), &storm, at(120));
     assert_eq!(evaluator.alerts()[0].state, "firing");
     let mut sent = take(&received, 2).await;
     sent.sort_by(|a, b| a.0.cmp(&b.0));
@@ -168,15 +164,15 @@ async fn for_resend_and_resolve() {
     assert_eq!(hook["alerts"][0]["value"], 27.0);
 
     // Still firing 30 s later: not re-sent yet; 60 s after the last send: re-sent.
-    evaluator.interval(&partials(), &storm, at(150));
+    evaluator.interval(&counts(), &storm, at(150));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(received.lock().unwrap().is_empty(), "re-sent too early");
-    evaluator.interval(&partials(), &storm, at(180));
+    evaluator.interval(&counts(), &storm, at(180));
     take(&received, 2).await;
 
     // The condition stops holding: resolved once, with endsAt = now, then nothing.
     let calm = report_with(Vec::new());
-    evaluator.interval(&partials(), &calm, at(190));
+    evaluator.interval(&counts(), &calm, at(190));
     let sent = take(&received, 2).await;
     let (_, body) = sent.iter().find(|(p, _)| p == "/api/v2/alerts").unwrap();
     let ends: SystemTime = humantime::parse_rfc3339(body[0]["endsAt"].as_str().unwrap()).unwrap();
@@ -187,7 +183,7 @@ async fn for_resend_and_resolve() {
     let (_, hook) = sent.iter().find(|(p, _)| p == "/hook").unwrap();
     assert_eq!(hook["status"], "resolved");
     assert!(evaluator.alerts().is_empty());
-    evaluator.interval(&partials(), &calm, at(300));
+    evaluator.interval(&counts(), &calm, at(300));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(received.lock().unwrap().is_empty());
 }
@@ -204,9 +200,9 @@ async fn short_blips_and_dead_receivers() {
     };
     let evaluator = evaluator_in(&registry, config);
     let t0 = SystemTime::now();
-    evaluator.interval(&partials(), &report_with(vec![amplification(3.0)]), t0);
+    evaluator.interval(&counts(), &report_with(vec![amplification(3.0)]), t0);
     evaluator.interval(
-        &partials(),
+        &counts(),
         &report_with(Vec::new()),
         t0 + Duration::from_secs(60),
     );
@@ -226,8 +222,8 @@ async fn short_blips_and_dead_receivers() {
         detail: None,
     };
     let report = report_with(vec![unsafe_retry]);
-    evaluator.interval(&partials(), &report, t0 + Duration::from_secs(100));
-    evaluator.interval(&partials(), &report, t0 + Duration::from_secs(160));
+    evaluator.interval(&counts(), &report, t0 + Duration::from_secs(100));
+    evaluator.interval(&counts(), &report, t0 + Duration::from_secs(160));
     take(&received, 1).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while notifications(&registry, "failed") < 1.0 {
@@ -248,12 +244,8 @@ async fn shutdown_resolves_firing_alerts() {
     let evaluator = evaluator(config);
     let t0 = SystemTime::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
-    evaluator.interval(&partials(), &report_with(vec![amplification(27.0)]), at(0));
-    evaluator.interval(
-        &partials(),
-        &report_with(vec![amplification(27.0)]),
-        at(120),
-    );
+    evaluator.interval(&counts(), &report_with(vec![amplification(27.0)]), at(0));
+    evaluator.interval(&counts(), &report_with(vec![amplification(27.0)]), at(120));
     take(&received, 1).await;
     evaluator.shutdown(at(130));
     evaluator.finish_sending().await;
@@ -336,8 +328,8 @@ async fn https_receivers_with_auth_and_retries() {
         let evaluator = evaluator_in(&registry, config);
         let t0 = SystemTime::now();
         let report = report_with(vec![amplification(3.0)]);
-        evaluator.interval(&partials(), &report, t0);
-        evaluator.interval(&partials(), &report, t0 + Duration::from_secs(130));
+        evaluator.interval(&counts(), &report, t0);
+        evaluator.interval(&counts(), &report, t0 + Duration::from_secs(130));
         (registry, evaluator)
     };
     let base = NotifyConfig {

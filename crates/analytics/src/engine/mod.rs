@@ -105,7 +105,7 @@ impl Params {
 /// One interval's partial aggregates, in [`queries::PARTIALS`] order, with what was analysed.
 #[derive(Clone, Debug)]
 pub struct Partials {
-    pub tables: Vec<(&'static str, Table)>,
+    pub(crate) tables: Vec<(&'static str, Table)>,
     pub spans: usize,
     pub traces: usize,
     /// Earliest span start and latest span end analysed (Unix ns), when any.

@@ -44,6 +44,7 @@ pub use metrics::AnalysisMetrics;
 
 use crate::alerts::{self, AlertThresholds};
 use crate::clock::ClockBounds;
+use crate::counts::IntervalCounts;
 use crate::engine::{AnalysisError, Engine, Partials, WindowContext};
 use crate::report::{Finding, Report, ReportConfig, WindowBounds};
 
@@ -52,7 +53,9 @@ use crate::report::{Finding, Report, ReportConfig, WindowBounds};
 /// thread, inside the runtime given to [`LiveAnalysis::with_runtime`] when there is one;
 /// slow work (network) belongs in a spawned task.
 pub trait IntervalObserver: Send + Sync {
-    fn interval(&self, partials: &Partials, report: &Arc<Report>, now: SystemTime);
+    /// One interval analysed: what it adds to the counters (`counts`, complete) and the
+    /// window's report with it.
+    fn interval(&self, counts: &IntervalCounts, report: &Arc<Report>, now: SystemTime);
 
     /// Called once after the last interval at shutdown: publish what would otherwise wait
     /// for an interval that never comes.
@@ -281,10 +284,11 @@ impl LiveAnalysis {
         let partials = Arc::new(self.with_late_latency(partials).await.compact_for_window());
         self.add_to_window(start, now, partials.clone(), learned, now);
         let report = self.rebuild_report().await?;
-        {
+        if !self.observers.is_empty() {
+            let counts = partials.counts(&report);
             let _inside = self.runtime.as_ref().map(|r| r.enter());
             for observer in &self.observers {
-                observer.interval(&partials, &report, now);
+                observer.interval(&counts, &report, now);
             }
         }
         self.metrics

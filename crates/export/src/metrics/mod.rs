@@ -35,8 +35,9 @@ use std::time::SystemTime;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use stormglass_analytics::counts::{DEADLINE_VIOLATION_KINDS, IntervalCounts};
 use stormglass_analytics::figures::EDGE_COUNTS;
-use stormglass_analytics::{IntervalObserver, Partials, Report, histogram};
+use stormglass_analytics::{IntervalObserver, Report, histogram};
 
 use catalogue::*;
 
@@ -170,7 +171,7 @@ impl FigureMetrics {
         }
     }
 
-    pub fn add_interval(&self, partials: &Partials, report: &Report) {
+    pub fn add_interval(&self, counts: &IntervalCounts) {
         let mut state = self.lock();
         let state = &mut *state;
         Self::apply_deferred(state);
@@ -178,42 +179,45 @@ impl FigureMetrics {
         let mut add =
             |family: usize, labels: Vec<String>, v: f64| self.add_to(state, family, labels, v);
 
-        let counts = partials.counts();
-        for r in counts.calls {
+        for r in &counts.calls {
             let labels = vec![
-                r.caller,
-                r.callee,
-                r.operation,
-                r.first_outcome,
-                r.final_outcome,
+                r.caller.clone(),
+                r.callee.clone(),
+                r.operation.clone(),
+                r.first_outcome.clone(),
+                r.final_outcome.clone(),
             ];
             add(Counter::LogicalCalls as usize, labels, r.calls);
         }
-        for r in counts.attempts {
+        for r in &counts.attempts {
             let labels = vec![
-                r.caller,
-                r.callee,
-                r.operation,
-                r.attempt,
-                r.outcome,
-                r.cause,
+                r.caller.clone(),
+                r.callee.clone(),
+                r.operation.clone(),
+                r.attempt.clone(),
+                r.outcome.clone(),
+                r.cause.clone(),
             ];
             add(Counter::Attempts as usize, labels, r.attempts);
         }
-        for r in counts.entries {
-            let entry = vec![r.service, r.operation];
+        for r in &counts.entries {
+            let entry = vec![r.service.clone(), r.operation.clone()];
             add(Counter::EntryRequests as usize, entry.clone(), r.requests);
             add(Counter::EntryFailedRequests as usize, entry, r.failed);
         }
-        for r in counts.layers {
+        for r in &counts.layers {
             add(
                 Counter::LayerAttempts as usize,
                 vec![r.service.clone()],
                 r.received,
             );
-            add(Counter::LayerBaseline as usize, vec![r.service], r.baseline);
+            add(
+                Counter::LayerBaseline as usize,
+                vec![r.service.clone()],
+                r.baseline,
+            );
         }
-        for r in counts.edges {
+        for r in &counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
             for (i, (count, v)) in EDGE_COUNTS.iter().zip(&r.values).enumerate() {
                 add(edge_count_family(i), edge.clone(), v * count.unit.to_base());
@@ -225,7 +229,7 @@ impl FigureMetrics {
                 labels.push(outcome.to_owned());
                 add(Counter::OrphanPairs as usize, labels, 0.0);
             }
-            for kind in ["inversion", "overcommit", "not_propagated"] {
+            for (kind, _) in DEADLINE_VIOLATION_KINDS {
                 add(
                     Counter::DeadlineViolations as usize,
                     vec![r.caller.clone(), r.callee.clone(), kind.to_owned()],
@@ -233,36 +237,28 @@ impl FigureMetrics {
                 );
             }
         }
-        let out_of_budget =
-            stormglass_analytics::counts::out_of_budget(&counts.retry_budgets, report);
-        for ((caller, callee, operation), v) in out_of_budget {
+        for r in &counts.out_of_budget {
             add(
                 Counter::OutOfBudgetRetries as usize,
-                vec![caller, callee, operation],
-                v,
+                vec![r.caller.clone(), r.callee.clone(), r.operation.clone()],
+                r.retries,
             );
         }
-        for r in counts.orphans {
-            let edge = vec![r.caller, r.callee, r.operation];
+        for r in &counts.orphans {
+            let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
             let mut labels = edge.clone();
-            labels.push(r.server_outcome);
+            labels.push(r.server_outcome.clone());
             add(Counter::OrphanPairs as usize, labels, r.pairs);
             add(Counter::OrphanWork as usize, edge, r.work_ms / 1e3);
         }
-        for r in counts.findings {
-            let kind = match r.kind.as_str() {
-                "deadline_inversion" => "inversion",
-                "overcommit" => "overcommit",
-                "not_propagated" => "not_propagated",
-                _ => continue,
-            };
+        for r in &counts.deadline_violations {
             add(
                 Counter::DeadlineViolations as usize,
-                vec![r.caller, r.callee, kind.to_owned()],
+                vec![r.caller.clone(), r.callee.clone(), r.kind.to_owned()],
                 r.count,
             );
         }
-        for r in counts.traces {
+        for r in &counts.traces {
             add(
                 Counter::MultiLayer as usize,
                 vec![r.service.clone()],
@@ -270,25 +266,33 @@ impl FigureMetrics {
             );
             add(
                 Counter::BrokenTraces as usize,
-                vec![r.service],
+                vec![r.service.clone()],
                 r.broken_traces,
             );
         }
 
         let latency = counts
             .latency
-            .into_iter()
-            .map(|r| (vec![r.service], r.le, r.n, r.seconds));
+            .iter()
+            .map(|r| (vec![r.service.clone()], r.le, r.n, r.seconds));
         self.add_histograms(state, Histogram::LayerDuration, latency);
-        let entry_latency = counts
-            .entry_latency
-            .into_iter()
-            .map(|r| (vec![r.service, r.operation], r.le, r.n, r.seconds));
+        let entry_latency = counts.entry_latency.iter().map(|r| {
+            (
+                vec![r.service.clone(), r.operation.clone()],
+                r.le,
+                r.n,
+                r.seconds,
+            )
+        });
         self.add_histograms(state, Histogram::EntryDuration, entry_latency);
-        let budgets = counts
-            .budgets
-            .into_iter()
-            .map(|r| (vec![r.caller, r.callee, r.operation], r.le, r.n, r.seconds));
+        let budgets = counts.budgets.iter().map(|r| {
+            (
+                vec![r.caller.clone(), r.callee.clone(), r.operation.clone()],
+                r.le,
+                r.n,
+                r.seconds,
+            )
+        });
         self.add_histograms(state, Histogram::RemainingBudget, budgets);
     }
 
@@ -505,8 +509,8 @@ impl FigureMetrics {
 }
 
 impl IntervalObserver for FigureMetrics {
-    fn interval(&self, partials: &Partials, report: &Arc<Report>, _now: SystemTime) {
-        self.add_interval(partials, report);
+    fn interval(&self, counts: &IntervalCounts, report: &Arc<Report>, _now: SystemTime) {
+        self.add_interval(counts);
         self.set_window(report);
     }
 

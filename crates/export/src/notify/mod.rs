@@ -23,7 +23,8 @@ use std::time::{Duration, SystemTime};
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use serde::{Deserialize, Serialize};
 use stormglass_analytics::alerts::{AlertDefinition, definition};
-use stormglass_analytics::{AlertThresholds, IntervalObserver, Partials, Report};
+use stormglass_analytics::counts::IntervalCounts;
+use stormglass_analytics::{AlertThresholds, IntervalObserver, Report};
 
 mod config;
 mod post;
@@ -503,7 +504,7 @@ impl AlertEvaluator {
 }
 
 impl IntervalObserver for AlertEvaluator {
-    fn interval(&self, _partials: &Partials, report: &Arc<Report>, now: SystemTime) {
+    fn interval(&self, _counts: &IntervalCounts, report: &Arc<Report>, now: SystemTime) {
         let due = self.evaluate(report, now);
         self.send(due);
     }
