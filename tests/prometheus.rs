@@ -210,6 +210,39 @@ fn shipped_rules_summarise_an_alert_beyond_its_bound_per_caller() {
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
 
+/// The shipped dashboards are exactly what their declarative list generates
+/// (`stormglass_export::dashboards`), and there is no other. Regenerate them after changing
+/// the list: `STORMGLASS_BLESS=1 cargo nextest run --workspace -E
+/// 'test(dashboards_are_generated)'`.
+#[test]
+fn dashboards_are_generated() {
+    let dir = repo_root().join("dashboards/grafana");
+    let bless = std::env::var_os("STORMGLASS_BLESS").is_some();
+    let rendered = stormglass_export::dashboards::render();
+    for (file, text) in &rendered {
+        let path = dir.join(file);
+        if bless {
+            std::fs::write(&path, text).unwrap();
+        } else {
+            let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                shipped == *text,
+                "{} differs from its generated form: regenerate with STORMGLASS_BLESS=1",
+                path.display()
+            );
+        }
+    }
+    let mut shipped: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".json"))
+        .collect();
+    shipped.sort();
+    let mut generated: Vec<String> = rendered.into_iter().map(|(file, _)| file).collect();
+    generated.sort();
+    assert_eq!(shipped, generated, "dashboards/grafana/*.json");
+}
+
 /// Every shipped dashboard is valid against Grafana's published dashboard schema (the
 /// `Dashboard` type of npm's @grafana/schema, as a JSON Schema): no misspelt or misplaced
 /// field, no wrong type. Needs tests/js's packages (tests/run.sh installs them).

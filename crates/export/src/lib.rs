@@ -1,11 +1,14 @@
 //! stormglass exports: what leaves the collector for Prometheus, Grafana and the pager.
 //!
+//! * [`dashboards`]: the Grafana dashboards of `dashboards/grafana/`, generated from a
+//!   declarative list.
 //! * [`metrics`]: the figure metrics of docs/metrics.md on `/metrics`, fed by every analysed
 //!   interval.
 //! * [`rules`]: the Prometheus recording and alerting rules (`stormglass rules`).
 //! * [`notify`]: the built-in alert evaluator (honours `for:`), posting to Alertmanager's v2
 //!   API and to webhooks, and listing alerts at `/api/v1/alerts`.
 
+pub mod dashboards;
 pub mod metrics;
 pub mod notify;
 pub mod rules;
