@@ -332,13 +332,30 @@ pub fn open_page(url: &str, screenshot: &std::path::Path) -> serde_json::Value {
 /// POST one trace of one SERVER span of `svc` (trace id `trace`) to `server` over
 /// OTLP/HTTP, expecting 200.
 pub fn post_span(server: &Server, trace: u8) {
-    use prost::Message;
     use stormglass_testkit::otlp::{request, span};
-    let body = request(vec![("svc", vec![span(trace, 1, "op", 2, 0, 5, vec![])])]).encode_to_vec();
+    post(
+        server,
+        &request(vec![("svc", vec![span(trace, 1, "op", 2, 0, 5, vec![])])]),
+    );
+}
+
+/// POST every trace of `spans` to `server` over OTLP/HTTP, a request per trace, expecting
+/// 200 each.
+pub fn post_traces(server: &Server, spans: &stormglass_testkit::fixtures::Spans) {
+    for request in spans.requests_by_trace() {
+        post(server, &request);
+    }
+}
+
+fn post(
+    server: &Server,
+    request: &opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+) {
+    use prost::Message;
     let response = reqwest::blocking::Client::new()
         .post(format!("http://{}/v1/traces", server.http))
         .header("content-type", "application/x-protobuf")
-        .body(body)
+        .body(request.encode_to_vec())
         .send()
         .unwrap();
     assert_eq!(response.status(), 200);

@@ -4,6 +4,7 @@
 //! ([`live`]) and offline ([`files`], [`offline`]) analysis share that SQL and the report
 //! ([`report`]).
 
+pub mod advice;
 pub mod alerts;
 pub mod clock;
 pub mod counts;

@@ -65,7 +65,8 @@ pub fn router(
         .route("/metrics", get(metrics))
         .route("/api/v1/report", get(report))
         .route("/api/v1/alerts", get(alerts))
-        .route("/api/v1/whatif", get(whatif));
+        .route("/api/v1/whatif", get(whatif))
+        .route("/api/v1/advice", get(advice));
     if let Some(token) = token {
         protected = protected.layer(axum::middleware::from_fn(
             move |request: axum::extract::Request, next: axum::middleware::Next| {
@@ -189,6 +190,24 @@ fn selection(query: &str) -> Result<Selection, String> {
         selection.limit = None;
     }
     Ok(selection)
+}
+
+/// `/api/v1/advice[?limit=N][&service=S][&caller=S][&callee=S][&all=true]`: the advice for
+/// the latest window (made from all of it), listing the edges and layers the same query
+/// lists of `/api/v1/report`.
+async fn advice(
+    State(state): State<ApiState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    match selection(query.as_deref().unwrap_or_default()) {
+        Ok(selection) => {
+            let report = state.analysis.report();
+            let advice =
+                stormglass_analytics::advice::advise(&report, &state.analysis.advice_params());
+            json(&advice.listed(&report.select(&selection)))
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    }
 }
 
 /// `/api/v1/whatif?fail=SERVICE:P[&fail=...]`: the what-if over the latest window's report

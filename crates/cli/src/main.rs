@@ -112,6 +112,21 @@ enum Command {
         #[arg(long, value_name = "LEVEL|KIND[,KIND...]")]
         fail_on: Option<gate::FailOn>,
     },
+    /// Advice from the traffic: each edge's timeout (the guarded operation's P99.9 x
+    /// advice.timeout_factor, fitted into the caller's budget), attempts (retries at the
+    /// deepest layer of each path only, at most 3), backoff and retry budget, and each
+    /// layer's amplification under them; as text, JSON, the budget table check-budget reads,
+    /// or gRPC service configs (docs/advice.md).
+    Advise {
+        /// Span files or archive directories, as `analyze` reads them.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: offline::AdviceFormat,
+        /// Configuration file (advice.timeout_factor, advice.min_backoff_ms).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// What if a service failed: each layer's expected amplification and request rate if
     /// every request to SERVICE failed with probability P, from the retry policies observed
     /// in the span files (each edge's most attempts per call).
@@ -351,6 +366,13 @@ fn main() -> ExitCode {
                 fail_on.as_ref(),
             )
             .await
+        }),
+        Command::Advise {
+            files,
+            format,
+            config,
+        } => offline(config, |config| async move {
+            offline::advise(&config, &files, format).await
         }),
         Command::Whatif { fail, input } => offline(input.config, |config| async move {
             offline::whatif(&config, &input.files, &fail, input.format).await

@@ -83,6 +83,45 @@ pub async fn analyze(
 
 /// `stormglass whatif --fail SERVICE=P... FILE...`: each layer's expected amplification if
 /// requests to those services failed, from the retry policies in the files' traces.
+/// What `stormglass advise` prints.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum AdviceFormat {
+    /// One line per edge and layer.
+    Text,
+    /// The advice as JSON (docs/advice.md names the fields).
+    Json,
+    /// The budget table `stormglass check-budget` reads.
+    Budget,
+    /// gRPC service configs, one per caller's channel to a callee.
+    Grpc,
+}
+
+/// `stormglass advise FILE|DIR...`: the advice for the files' traffic.
+pub async fn advise(
+    config: &Config,
+    paths: &[PathBuf],
+    format: AdviceFormat,
+) -> anyhow::Result<()> {
+    let report = report(config, paths).await?;
+    let params = stormglass_analytics::advice::AdviceParams {
+        timeout_factor: config.advice.timeout_factor,
+        min_backoff_ms: config.advice.min_backoff_ms,
+    };
+    let advice = stormglass_analytics::advice::advise(&report, &params);
+    match format {
+        AdviceFormat::Text => print!("{}", table::advice(&advice)),
+        AdviceFormat::Json => println!("{}", serde_json::to_string_pretty(&advice)?),
+        AdviceFormat::Budget => print!("{}", stormglass_export::advice::budget_file(&advice)),
+        AdviceFormat::Grpc => println!(
+            "{}",
+            serde_json::to_string_pretty(&stormglass_export::advice::grpc_service_configs(
+                &advice
+            ))?
+        ),
+    }
+    Ok(())
+}
+
 pub async fn whatif(
     config: &Config,
     paths: &[PathBuf],

@@ -287,6 +287,71 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
 }
 
 /// The what-if as readable tables: layers, then edges.
+/// `stormglass advise`: each edge's advised settings and why, each layer's amplification
+/// observed and under the advice, and the budgets the advice cannot fit in.
+pub fn advice(a: &stormglass_analytics::advice::Advice) -> String {
+    let mut out = String::from("Edges\n");
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v} ms"));
+    let rows: Vec<Vec<String>> = a
+        .edges
+        .iter()
+        .map(|e| {
+            vec![
+                format!("{} -> {}", e.caller, e.callee),
+                e.operation.clone(),
+                ms(e.timeout_ms),
+                e.max_attempts.to_string(),
+                format!("{} ms x2, full jitter", e.backoff.initial_ms),
+                format!(
+                    "{:.0}%, {}/s",
+                    e.retry_budget_ratio * 100.0,
+                    e.retry_budget_min_per_second
+                ),
+                e.attempts_reason.clone(),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &[
+            "edge",
+            "operation",
+            "timeout",
+            "attempts",
+            "backoff",
+            "retry budget",
+            "why",
+        ],
+        &rows,
+    );
+    for e in a.edges.iter().filter(|e| !e.reasons.is_empty()) {
+        let _ = writeln!(
+            out,
+            "  {} -> {} {}: {}",
+            e.caller,
+            e.callee,
+            e.operation,
+            e.reasons.join("; ")
+        );
+    }
+    let _ = writeln!(out, "\nLayers");
+    let rows: Vec<Vec<String>> = a
+        .layers
+        .iter()
+        .map(|l| {
+            vec![
+                l.service.clone(),
+                number(l.amplification, 2),
+                format!("<= {:.2}", l.amplification_advised),
+            ]
+        })
+        .collect();
+    out += &grid(&["service", "amplification", "under the advice"], &rows);
+    for f in &a.findings {
+        let _ = writeln!(out, "{}: {}", f.kind, f.message);
+    }
+    out
+}
+
 pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
     let mut out = String::from("Layers if the failures happened\n");
     let rows: Vec<Vec<String>> = w

@@ -253,6 +253,11 @@ impl LiveAnalysis {
             .clone()
     }
 
+    /// What the advice assumes: the analysis's own `advice.*` parameters.
+    pub fn advice_params(&self) -> crate::advice::AdviceParams {
+        crate::advice::AdviceParams::from(&self.engine.params)
+    }
+
     /// Analyse everything released so far, end the interval at `now`, and rebuild the
     /// window's report.
     pub async fn run_interval(&self, now: SystemTime) -> Result<Arc<Report>, AnalysisError> {

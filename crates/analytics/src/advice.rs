@@ -1,0 +1,479 @@
+//! Advice: each edge's timeout, attempts, backoff and retry budget sized from a window's
+//! traffic, and each layer's amplification under them. The rules, as docs/advice.md
+//! states them:
+//!
+//! * **timeout**: the P99.9 of the operation the timeout guards (`callee_p999_ms`) x
+//!   `advice.timeout_factor`, in whole milliseconds; where no SERVER span measured it, the
+//!   timeout observed. It must fit what the caller has: its own budget is the longest
+//!   timeout its callers give it (none for an entry service). A timeout that does not fit
+//!   is cut to it, with a `budget_too_small` finding naming the budget to raise.
+//! * **attempts**: retries at one layer of any path, the deepest: an edge retries (3
+//!   attempts) only when its callee calls no one (a retry there repeats one call, not a
+//!   subtree of calls that may retry themselves), it is safe (no unsafe retries or timeout
+//!   retries on writes seen) and retries help (they succeeded at least half of the time,
+//!   where any were made). Every other edge makes 1 attempt. Attempts are then lowered
+//!   until the worst case (every attempt timing out, with the backoffs) fits the caller's
+//!   budget.
+//! * **backoff**: exponential (x2) with full jitter, from the callee's median duration
+//!   (at least `advice.min_backoff_ms`) up to the timeout.
+//! * **retry budget**: a retrying edge's retries at most `retry_budget_ratio` of its calls:
+//!   twice the share of successful calls that needed a retry in the window, between 5% and
+//!   20% (Envoy's and Linkerd's default); `retry_budget_min_per_second`, the floor that lets
+//!   a quiet edge retry at all, the ratio's allowance at the observed call rate (at least 1).
+//!   An edge that does not retry has a budget of 0.
+//! * **amplification under the advice**: with one retrying layer per path and its retries
+//!   capped by the budget, a layer receives at most 1 + the largest budget ratio of the
+//!   retrying edges into it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::Serialize;
+
+use std::collections::HashSet;
+
+use crate::engine::Params;
+use crate::report::{EdgeFigures, Listing, Report};
+
+/// Attempts an edge that retries is advised.
+pub const MAX_ATTEMPTS: u32 = 3;
+/// The retry budget ratio's bounds.
+pub const MIN_BUDGET_RATIO: f64 = 0.05;
+pub const MAX_BUDGET_RATIO: f64 = 0.2;
+
+/// What the advice assumes (`advice.*`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdviceParams {
+    pub timeout_factor: f64,
+    pub min_backoff_ms: f64,
+}
+
+impl From<&Params> for AdviceParams {
+    fn from(p: &Params) -> Self {
+        AdviceParams {
+            timeout_factor: p.timeout_factor,
+            min_backoff_ms: p.min_backoff_ms,
+        }
+    }
+}
+
+/// Exponential backoff with full jitter.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Backoff {
+    pub initial_ms: f64,
+    pub max_ms: f64,
+    pub multiplier: f64,
+    /// `full`: each wait is uniform between 0 and the exponential value.
+    pub jitter: &'static str,
+}
+
+/// One edge's advised settings and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EdgeAdvice {
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    /// Per attempt; null where neither a P99.9 nor a timeout was observed.
+    pub timeout_ms: Option<f64>,
+    /// Where the timeout comes from: `p999` (x the factor), `observed`, or `budget` (cut
+    /// to the caller's budget).
+    pub timeout_source: Option<&'static str>,
+    pub max_attempts: u32,
+    /// Why this edge retries or not.
+    pub attempts_reason: String,
+    pub backoff: Backoff,
+    pub retry_budget_ratio: f64,
+    pub retry_budget_min_per_second: f64,
+    /// The findings on this edge the advice answers.
+    pub reasons: Vec<String>,
+}
+
+/// One layer's amplification, observed and under the advice (at most).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerAdvice {
+    pub service: String,
+    pub amplification: Option<f64>,
+    pub amplification_advised: f64,
+}
+
+/// A budget the advice cannot fit in, and what to raise.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AdviceFinding {
+    pub kind: &'static str,
+    pub caller: String,
+    pub callee: String,
+    pub operation: String,
+    pub message: String,
+}
+
+/// The advice for a window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Advice {
+    pub edges: Vec<EdgeAdvice>,
+    pub layers: Vec<LayerAdvice>,
+    pub findings: Vec<AdviceFinding>,
+    /// What a selection ([`Advice::listed`]) lists; absent from the whole advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listing: Option<Listing>,
+}
+
+impl Advice {
+    /// The advice for the edges and layers `selected` lists (a selection of the report it
+    /// was made from, [`Report::select`]), with its listing; findings of the listed edges.
+    pub fn listed(&self, selected: &Report) -> Advice {
+        let edges: HashSet<(&str, &str, &str)> = selected
+            .edges
+            .iter()
+            .map(|e| (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()))
+            .collect();
+        let layers: HashSet<&str> = selected.layers.iter().map(|l| l.service.as_str()).collect();
+        let listed = |c: &str, d: &str, o: &str| edges.contains(&(c, d, o));
+        Advice {
+            edges: self
+                .edges
+                .iter()
+                .filter(|e| listed(&e.caller, &e.callee, &e.operation))
+                .cloned()
+                .collect(),
+            layers: self
+                .layers
+                .iter()
+                .filter(|l| layers.contains(l.service.as_str()))
+                .cloned()
+                .collect(),
+            findings: self
+                .findings
+                .iter()
+                .filter(|f| listed(&f.caller, &f.callee, &f.operation))
+                .cloned()
+                .collect(),
+            listing: selected.listing.clone(),
+        }
+    }
+}
+
+/// The longest an edge can take: every attempt timing out, with the backoffs between them
+/// (the first before the first retry, doubling after). `check-budget` reads a budget
+/// table's edges by the same rule.
+pub fn worst_ms(attempts: u32, timeout_ms: f64, backoff_ms: f64) -> f64 {
+    let retries = attempts.saturating_sub(1);
+    f64::from(attempts) * timeout_ms + backoff_ms * (2f64.powi(retries as i32) - 1.0)
+}
+
+/// Services in the order budgets flow: callers before their callees (Kahn's order from the
+/// services nobody calls); services on a cycle follow, in name order.
+fn top_down(edges: &[EdgeFigures]) -> Vec<&str> {
+    let mut callees: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut callers: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in edges {
+        callers.entry(&e.caller).or_default();
+        if e.caller != e.callee && callees.entry(&e.caller).or_default().insert(&e.callee) {
+            *callers.entry(&e.callee).or_default() += 1;
+        }
+    }
+    let mut ready: VecDeque<&str> = callers
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(s, _)| *s)
+        .collect();
+    let mut order = Vec::new();
+    let mut placed = BTreeSet::new();
+    while let Some(s) = ready.pop_front() {
+        order.push(s);
+        placed.insert(s);
+        for c in callees.get(s).into_iter().flatten() {
+            if let Some(n) = callers.get_mut(c) {
+                *n -= 1;
+                if *n == 0 {
+                    ready.push_back(c);
+                }
+            }
+        }
+    }
+    order.extend(callers.keys().filter(|s| !placed.contains(*s)));
+    order
+}
+
+fn ceil_ms(ms: f64) -> f64 {
+    ms.ceil().max(1.0)
+}
+
+/// The findings of an edge's figures the advice answers.
+fn reasons(e: &EdgeFigures, retries_below: bool, callee_amplification: Option<f64>) -> Vec<String> {
+    let mut out = Vec::new();
+    if e.timeout_below_tail == Some(true) {
+        out.push(format!(
+            "timeout_below_tail: the timeout ({:.1} ms) is below the operation's P99.9 \
+             ({:.1} ms)",
+            e.timeout_ms.unwrap_or_default(),
+            e.callee_p999_ms.unwrap_or_default()
+        ));
+    }
+    if retries_below && e.max_attempt.is_some_and(|m| m > 0) {
+        out.push(format!(
+            "multi_layer_retry: {} retries here although {} calls further, so each retry repeats \
+             calls that may retry themselves",
+            e.caller, e.callee
+        ));
+    }
+    if e.max_attempt
+        .is_some_and(|m| m + 1 > i64::from(MAX_ATTEMPTS))
+    {
+        out.push(format!(
+            "too_many_attempts: up to {} attempts per call",
+            e.max_attempt.unwrap_or_default() + 1
+        ));
+    }
+    if let Some(a) = callee_amplification.filter(|a| *a > 2.0) {
+        out.push(format!(
+            "retry_amplification: {} receives {a:.1}x its calls",
+            e.callee
+        ));
+    }
+    for (count, kind) in [
+        (e.unsafe_retries, "unsafe_retry"),
+        (e.timeout_retries_on_writes, "timeout_retry_on_write"),
+        (e.immediate_retries, "immediate_retry"),
+        (e.non_retryable_retries, "non_retryable_retry"),
+        (e.out_of_budget_retries, "out_of_budget_retry"),
+    ] {
+        if count > 0 {
+            out.push(format!("{kind}: {count} in the window"));
+        }
+    }
+    out
+}
+
+/// The advice for `report`'s window (its edges: use a whole report, not a selection).
+pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
+    let calls_out: BTreeSet<&str> = report
+        .edges
+        .iter()
+        .filter(|e| e.caller != e.callee)
+        .map(|e| e.caller.as_str())
+        .collect();
+    let amplification: BTreeMap<&str, Option<f64>> = report
+        .layers
+        .iter()
+        .map(|l| (l.service.as_str(), l.amplification))
+        .collect();
+    let window_seconds = report.window.seconds.filter(|s| *s > 0.0);
+    let mut by_caller: BTreeMap<&str, Vec<&EdgeFigures>> = BTreeMap::new();
+    for e in &report.edges {
+        by_caller.entry(&e.caller).or_default().push(e);
+    }
+    // A service's budget: the longest per-attempt timeout its callers are advised.
+    let mut budget: BTreeMap<String, f64> = BTreeMap::new();
+    let mut advice = Advice::default();
+    for service in top_down(&report.edges) {
+        for e in by_caller.get(service).into_iter().flatten() {
+            let leaf = !calls_out.contains(e.callee.as_str());
+            let (mut timeout, mut source) = match (e.callee_p999_ms, e.timeout_ms) {
+                (Some(p999), _) => (Some(ceil_ms(p999 * params.timeout_factor)), Some("p999")),
+                (None, Some(t)) => (Some(t), Some("observed")),
+                (None, None) => (None, None),
+            };
+            let unsafe_seen = e.unsafe_retries > 0 || e.timeout_retries_on_writes > 0;
+            let helps = e.retry_success_rate.is_none_or(|r| r >= 0.5);
+            let (mut attempts, mut reason) = if !leaf {
+                (
+                    1,
+                    format!(
+                        "{} calls further: retries belong to the deepest layer of each path",
+                        e.callee
+                    ),
+                )
+            } else if unsafe_seen {
+                (
+                    1,
+                    "unsafe retries seen: retry only once the writes carry an idempotency key"
+                        .to_owned(),
+                )
+            } else if !helps {
+                (
+                    1,
+                    format!(
+                        "retries succeeded {:.0}% of the time: they add load, not availability",
+                        e.retry_success_rate.unwrap_or_default() * 100.0
+                    ),
+                )
+            } else {
+                (
+                    MAX_ATTEMPTS,
+                    format!(
+                        "{} calls no one: the deepest layer of its paths retries",
+                        e.callee
+                    ),
+                )
+            };
+            let initial = ceil_ms(
+                e.callee_median_ms
+                    .unwrap_or(params.min_backoff_ms)
+                    .max(params.min_backoff_ms),
+            );
+            if let (Some(t), Some(&have)) = (timeout, budget.get(&e.caller)) {
+                if t > have {
+                    advice.findings.push(AdviceFinding {
+                        kind: "budget_too_small",
+                        caller: e.caller.clone(),
+                        callee: e.callee.clone(),
+                        operation: e.operation.clone(),
+                        message: format!(
+                            "{} has {have} ms (the longest timeout its callers are advised) for \
+                             {} {}, whose P99.9 x {} is {t} ms: raise the timeouts of the calls \
+                             to {} to at least {t} ms, or make {} faster",
+                            e.caller,
+                            e.callee,
+                            e.operation,
+                            params.timeout_factor,
+                            e.caller,
+                            e.callee
+                        ),
+                    });
+                    timeout = Some(have);
+                    source = Some("budget");
+                }
+                let t = timeout.unwrap_or(have);
+                while attempts > 1 && worst_ms(attempts, t, initial) > have {
+                    attempts -= 1;
+                    reason = format!(
+                        "{reason}; {attempts} attempt(s) so that every attempt timing out fits \
+                         {}'s {have} ms",
+                        e.caller
+                    );
+                }
+            }
+            if let Some(t) = timeout {
+                let entry = budget.entry(e.callee.clone()).or_insert(t);
+                *entry = entry.max(t);
+            }
+            let (ratio, floor) = if attempts > 1 {
+                let ratio = (2.0 * e.retry_contribution.unwrap_or(0.0))
+                    .clamp(MIN_BUDGET_RATIO, MAX_BUDGET_RATIO);
+                let ratio = (ratio * 100.0).round() / 100.0;
+                let rate = window_seconds.map_or(0.0, |s| e.logical_calls as f64 / s);
+                (ratio, (ratio * rate).ceil().max(1.0))
+            } else {
+                (0.0, 0.0)
+            };
+            advice.edges.push(EdgeAdvice {
+                caller: e.caller.clone(),
+                callee: e.callee.clone(),
+                operation: e.operation.clone(),
+                timeout_ms: timeout,
+                timeout_source: source,
+                max_attempts: attempts,
+                attempts_reason: reason,
+                backoff: Backoff {
+                    initial_ms: initial,
+                    max_ms: timeout.unwrap_or(initial).max(initial),
+                    multiplier: 2.0,
+                    jitter: "full",
+                },
+                retry_budget_ratio: ratio,
+                retry_budget_min_per_second: floor,
+                reasons: reasons(
+                    e,
+                    !leaf,
+                    amplification.get(e.callee.as_str()).copied().flatten(),
+                ),
+            });
+        }
+    }
+    advice.edges.sort_by(|a, b| {
+        (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
+    });
+    advice.layers = report
+        .layers
+        .iter()
+        .map(|l| {
+            let bound = advice
+                .edges
+                .iter()
+                .filter(|e| e.callee == l.service && e.max_attempts > 1)
+                .map(|e| e.retry_budget_ratio)
+                .fold(0.0, f64::max);
+            LayerAdvice {
+                service: l.service.clone(),
+                amplification: l.amplification,
+                amplification_advised: 1.0 + bound,
+            }
+        })
+        .collect();
+    advice
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worst case adds every attempt's timeout and the doubling backoffs between them.
+    #[test]
+    fn worst_case_of_attempts_and_backoff() {
+        assert_eq!(worst_ms(1, 300.0, 50.0), 300.0);
+        assert_eq!(worst_ms(3, 100.0, 10.0), 300.0 + 10.0 + 20.0);
+    }
+
+    fn edge(caller: &str, callee: &str, p999: f64) -> EdgeFigures {
+        let mut e: EdgeFigures = serde_json::from_value(serde_json::json!({
+            "caller": caller, "callee": callee, "operation": "op",
+            "logical_calls": 600, "attempts": 600, "retry_attempts": 0,
+            "retries_by_cause": {}, "orphan_pairs": 0, "orphan_work_seconds": 0.0,
+            "unsafe_retries": 0, "timeout_retries_on_writes": 0, "idempotency_hits": 0,
+            "deadline_inversions": 0, "immediate_retries": 0,
+        }))
+        .unwrap_or_else(|e| unreachable!("a minimal edge: {e}"));
+        e.callee_p999_ms = Some(p999);
+        e.callee_median_ms = Some(p999 / 10.0);
+        e
+    }
+
+    /// Only the deepest edge of a path retries; each timeout is its P99.9 x the factor; a
+    /// retrying edge's attempts shrink until they fit the caller's budget, and a timeout
+    /// that cannot fit is cut, with the finding naming the budget to raise.
+    #[test]
+    fn one_retrying_layer_fitted_into_the_budgets() {
+        let params = AdviceParams {
+            timeout_factor: 1.5,
+            min_backoff_ms: 5.0,
+        };
+        let mut report = Report::default();
+        report.window.seconds = Some(60.0);
+        report.edges = vec![
+            edge("gateway", "order", 400.0),
+            edge("order", "inventory", 100.0),
+            edge("inventory", "db", 90.0),
+        ];
+        let advice = advise(&report, &params);
+        let by = |callee: &str| advice.edges.iter().find(|e| e.callee == callee).unwrap();
+        assert_eq!(by("order").timeout_ms, Some(600.0));
+        assert_eq!(by("order").max_attempts, 1);
+        assert_eq!(by("inventory").max_attempts, 1);
+        // db: 135 ms per attempt from 9 ms of backoff: 3 attempts take up to 432 ms and 2 up
+        // to 279, past inventory's 150 ms (its callers' timeout); 1 fits.
+        let db = by("db");
+        assert_eq!((db.timeout_ms, db.max_attempts), (Some(135.0), 1), "{db:?}");
+        assert!(advice.findings.is_empty(), "{:?}", advice.findings);
+        // A slower database cannot fit inventory's 150 ms at all: cut, with a finding.
+        report.edges[2].callee_p999_ms = Some(200.0);
+        let advice = advise(&report, &params);
+        let db = advice.edges.iter().find(|e| e.callee == "db").unwrap();
+        assert_eq!(
+            (db.timeout_ms, db.timeout_source),
+            (Some(150.0), Some("budget"))
+        );
+        assert_eq!(advice.findings.len(), 1);
+        assert_eq!(advice.findings[0].kind, "budget_too_small");
+        // Given room, the deepest edge retries 3 times with a budget from its retry share.
+        report.edges[0].callee_p999_ms = Some(2000.0);
+        report.edges[1].callee_p999_ms = Some(1000.0);
+        report.edges[2].retry_contribution = Some(0.04);
+        let advice = advise(&report, &params);
+        let db = advice.edges.iter().find(|e| e.callee == "db").unwrap();
+        assert_eq!(db.max_attempts, MAX_ATTEMPTS, "{db:?}");
+        assert_eq!(db.retry_budget_ratio, 0.08);
+        // 600 calls in 60 s: 10 a second, 0.8 retries a second: a floor of 1.
+        assert_eq!(db.retry_budget_min_per_second, 1.0);
+        let layer = |s: &str| advice.layers.iter().find(|l| l.service == s);
+        assert!(layer("db").is_none(), "no layers in this report");
+    }
+}

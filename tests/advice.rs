@@ -1,0 +1,231 @@
+//! End-to-end: `stormglass advise` on span files: retries kept at the deepest layer only,
+//! the budget table it writes passes `check-budget`, and the gRPC service config it writes
+//! is accepted and obeyed by a real grpcio channel.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{Server, get, post_traces, python, repo_root, stormglass, stormglass_exit, temp_dir};
+use serde_json::Value;
+use stormglass_testkit::fixtures::{Spans, grpc_status, peer, retry, route, template};
+use stormglass_testkit::otlp::kv;
+
+/// A gateway calls `order` over HTTP, which reserves stock at `inventory` over gRPC
+/// (`demo.Inventory/Reserve`); one call in four fails UNAVAILABLE first and succeeds on
+/// the retry. Both layers retry today; `inventory` calls no one.
+fn two_retrying_layers(calls: u32) -> Spans {
+    let mut s = Spans::default();
+    for trace in 1..=calls {
+        let g = s
+            .server(trace, "gateway", "GET /checkout")
+            .at(0.0, 400.0)
+            .with(vec![route("/checkout")])
+            .add();
+        let c = s
+            .client(trace, "gateway", "POST")
+            .under(g)
+            .at(1.0, 300.0)
+            .with(vec![peer("order"), template("/orders"), retry(0)])
+            .add();
+        let o = s
+            .server(trace, "order", "POST /orders")
+            .under(c)
+            .at(2.0, 299.0)
+            .with(vec![route("/orders")])
+            .add();
+        let grpc = |s: &mut Spans, attempt: i64, at: f64, status: i64| {
+            let a = s
+                .client(trace, "order", "Reserve")
+                .under(o)
+                .at(at, at + 40.0)
+                .with(vec![
+                    kv("rpc.service", "demo.Inventory"),
+                    kv("rpc.method", "Reserve"),
+                    retry(attempt),
+                    grpc_status(status),
+                ])
+                .add();
+            s.server(trace, "inventory", "Reserve")
+                .under(a)
+                .at(at + 1.0, at + 39.0)
+                .with(vec![
+                    kv("rpc.service", "demo.Inventory"),
+                    kv("rpc.method", "Reserve"),
+                    grpc_status(status),
+                ])
+                .add();
+        };
+        if trace % 4 == 0 {
+            grpc(&mut s, 0, 3.0, 14);
+            grpc(&mut s, 1, 60.0, 0);
+        } else {
+            grpc(&mut s, 0, 3.0, 0);
+        }
+    }
+    s
+}
+
+fn write(dir: &Path, spans: &Spans) -> String {
+    let file = dir.join("spans.jsonl");
+    let lines: Vec<String> = spans
+        .requests_by_trace()
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    file.to_string_lossy().into_owned()
+}
+
+/// The advice keeps retries at `inventory` (it calls no one), takes them from
+/// `gateway -> order`, sizes each timeout from the guarded operation's P99.9 and fits it
+/// into what the caller has; the budget table passes `check-budget`; the text names why.
+#[test]
+fn advice_keeps_retries_at_the_deepest_layer() {
+    let dir = temp_dir("advise");
+    let file = write(&dir, &two_retrying_layers(40));
+    let (ok, stdout, stderr) = stormglass(&["advise", "--format", "json", &file]);
+    assert!(ok, "{stderr}");
+    let advice: Value = serde_json::from_str(&stdout).unwrap();
+    let edge = |callee: &str| {
+        advice["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["callee"] == callee)
+            .unwrap_or_else(|| panic!("no edge to {callee}: {advice:#}"))
+            .clone()
+    };
+    let order = edge("order");
+    let inventory = edge("inventory");
+    assert_eq!(order["max_attempts"], 1, "{order:#}");
+    assert_eq!(order["retry_budget_ratio"], 0.0, "{order:#}");
+    assert_eq!(inventory["operation"], "demo.Inventory/Reserve");
+    assert_eq!(inventory["max_attempts"], 3, "{inventory:#}");
+    // 38 ms of P99.9 x 1.5, and the callee's median before the first retry.
+    assert_eq!(inventory["timeout_ms"], 57.0, "{inventory:#}");
+    assert_eq!(inventory["timeout_source"], "p999");
+    assert_eq!(inventory["backoff"]["initial_ms"], 38.0, "{inventory:#}");
+    assert_eq!(inventory["backoff"]["jitter"], "full");
+    // A quarter of the successful calls needed a retry: twice that, capped at 20%.
+    assert_eq!(inventory["retry_budget_ratio"], 0.2, "{inventory:#}");
+    assert!(inventory["retry_budget_min_per_second"].as_f64().unwrap() >= 1.0);
+    let layer = |s: &str| {
+        advice["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["service"] == s)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(layer("inventory")["amplification_advised"], 1.2);
+    assert_eq!(layer("order")["amplification_advised"], 1.0);
+    assert!(
+        advice["findings"].as_array().unwrap().is_empty(),
+        "{advice:#}"
+    );
+
+    let (ok, text, stderr) = stormglass(&["advise", &file]);
+    assert!(ok, "{stderr}");
+    assert!(text.contains("inventory calls no one"), "{text}");
+    assert!(text.contains("Layers"), "{text}");
+
+    let (ok, table, stderr) = stormglass(&["advise", "--format", "budget", &file]);
+    assert!(ok, "{stderr}");
+    let budget = dir.join("budget.yaml");
+    std::fs::write(&budget, &table).unwrap();
+    let (code, out, err) = stormglass_exit(&["check-budget", budget.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{table}\n{out}{err}");
+}
+
+/// The gRPC service config `advise --format grpc` writes for `order`'s channel to
+/// `inventory` is accepted by a real grpcio channel, which makes exactly the advised
+/// attempts against a server that always answers UNAVAILABLE.
+#[test]
+fn grpc_service_config_is_obeyed_by_grpcio() {
+    let dir = temp_dir("advise-grpc");
+    let file = write(&dir, &two_retrying_layers(40));
+    let (ok, stdout, stderr) = stormglass(&["advise", "--format", "grpc", &file]);
+    assert!(ok, "{stderr}");
+    let configs: Value = serde_json::from_str(&stdout).unwrap();
+    let config = &configs["order -> inventory"];
+    let method = &config["methodConfig"][0];
+    assert_eq!(
+        method["name"][0]["service"], "demo.Inventory",
+        "{configs:#}"
+    );
+    assert_eq!(method["retryPolicy"]["maxAttempts"], 3, "{configs:#}");
+    assert!(config["retryThrottling"]["tokenRatio"].as_f64().unwrap() > 0.0);
+    let script =
+        std::fs::read_to_string(repo_root().join("tests/python/grpc_service_config.py")).unwrap();
+    let run = |config: &Value| -> Value {
+        let out = python(&script, &[&config.to_string(), "demo.Inventory", "Reserve"]);
+        serde_json::from_slice(&out).unwrap()
+    };
+    // Accepted whole: a config grpcio refuses fails every call with INVALID_ARGUMENT.
+    let whole = run(config);
+    assert_ne!(whole["status"], "INVALID_ARGUMENT", "{config}: {whole}");
+    // Obeyed: grpcio Python applies a service config's timeout about a second early
+    // (grpc/grpc#34547), so the retries are counted without it.
+    let mut retries_only = config.clone();
+    retries_only["methodConfig"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("timeout");
+    let seen = run(&retries_only);
+    assert_eq!(seen["status"], "UNAVAILABLE", "{seen}");
+    assert_eq!(
+        seen["attempts"], 3,
+        "grpcio's attempts under {retries_only}: {seen}"
+    );
+}
+
+/// Live, `/api/v1/advice` gives the same advice for the window as `advise` for the files,
+/// listed as `/api/v1/report` lists (`?callee=` around one callee, `listing` with totals).
+#[test]
+fn live_advice_is_the_files_advice() {
+    let spans = two_retrying_layers(40);
+    let dir = temp_dir("advise-live");
+    let file = write(&dir, &spans);
+    let (ok, stdout, stderr) = stormglass(&["advise", "--format", "json", &file]);
+    assert!(ok, "{stderr}");
+    let offline: Value = serde_json::from_str(&stdout).unwrap();
+    let server = Server::start(&[
+        ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
+    ]);
+    post_traces(&server, &spans);
+    let url = format!("http://{}/api/v1/advice?all=true", server.api);
+    // The same but for the retry budget's floor, the ratio's allowance at the window's call
+    // rate: live, the window is `analytics.window` long; offline, as long as the spans.
+    let settings = |advice: &Value| -> Vec<Value> {
+        let mut edges = advice["edges"].as_array().cloned().unwrap_or_default();
+        for e in &mut edges {
+            e.as_object_mut()
+                .unwrap()
+                .remove("retry_budget_min_per_second");
+        }
+        edges
+    };
+    server.wait_until("the window's advice", |_| {
+        let (status, body) = get(&url);
+        status == 200
+            && serde_json::from_str::<Value>(&body).is_ok_and(|a| {
+                settings(&a) == settings(&offline) && a["layers"] == offline["layers"]
+            })
+    });
+    let (status, body) = get(&format!(
+        "http://{}/api/v1/advice?callee=inventory",
+        server.api
+    ));
+    assert_eq!(status, 200, "{body}");
+    let around: Value = serde_json::from_str(&body).unwrap();
+    let edges = around["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 1, "{around:#}");
+    assert_eq!(edges[0]["max_attempts"], 3);
+    assert_eq!(around["listing"]["edges"], 1, "{around:#}");
+    let (status, _) = get(&format!("http://{}/api/v1/advice?limit=0", server.api));
+    assert_eq!(status, 400);
+}
