@@ -229,3 +229,99 @@ fn live_advice_is_the_files_advice() {
     let (status, _) = get(&format!("http://{}/api/v1/advice?limit=0", server.api));
     assert_eq!(status, 400);
 }
+
+/// `advise --format FORMAT` over `file`, as YAML documents parsed into JSON values.
+fn advise_yaml(file: &str, format: &str) -> Vec<Value> {
+    let (ok, stdout, stderr) = stormglass(&["advise", "--format", format, file]);
+    assert!(ok, "{stderr}");
+    stdout
+        .split("\n---\n")
+        .filter(|doc| !doc.trim().is_empty())
+        .map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap())
+        .collect()
+}
+
+/// The Envoy routes and cluster `advise --format envoy` writes parse strictly in Envoy's
+/// own v3 API (envoy-data-plane, generated from Envoy's protos: an unknown field fails),
+/// with the advised retry policy and retry budget.
+#[test]
+fn envoy_config_parses_in_envoys_api() {
+    let dir = temp_dir("advise-envoy");
+    let file = write(&dir, &two_retrying_layers(40));
+    let config = advise_yaml(&file, "envoy").remove(0);
+    let script = std::fs::read_to_string(repo_root().join("tests/python/envoy_config.py")).unwrap();
+    let parsed: Value = serde_json::from_slice(&python(&script, &[&config.to_string()])).unwrap();
+    let to_inventory = parsed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["callee"] == "inventory")
+        .unwrap_or_else(|| panic!("no entry for inventory: {parsed:#}"));
+    let route = &to_inventory["routes"][0]["route"];
+    assert_eq!(route["retryPolicy"]["numRetries"], 2, "{parsed:#}");
+    assert_eq!(route["retryPolicy"]["perTryTimeout"], "0.057s");
+    assert_eq!(route["retryPolicy"]["retryOn"], "unavailable");
+    let budget = &to_inventory["cluster"]["circuitBreakers"]["thresholds"][0]["retryBudget"];
+    assert_eq!(budget["budgetPercent"]["value"], 20.0, "{parsed:#}");
+}
+
+/// The Istio and Gateway API objects follow the upstream CRD schemas (as npm's
+/// @kubernetes-models packages them); Linkerd's annotations are the documented keys.
+#[test]
+fn mesh_objects_follow_the_upstream_schemas() {
+    let js = repo_root().join("tests/js");
+    assert!(
+        js.join("node_modules/@kubernetes-models/istio").is_dir(),
+        "run `npm ci` in tests/js (tests/run.sh does) for the mesh schema test"
+    );
+    let dir = temp_dir("advise-mesh");
+    let file = write(&dir, &two_retrying_layers(40));
+    for (format, kinds) in [
+        ("istio", vec!["VirtualService", "DestinationRule"]),
+        ("gateway-api", vec!["HTTPRoute", "XBackendTrafficPolicy"]),
+    ] {
+        let objects = advise_yaml(&file, format);
+        let of_inventory: Vec<&str> = objects
+            .iter()
+            .filter(|o| o["metadata"]["name"] == "inventory")
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(of_inventory, kinds, "{format}: {objects:#?}");
+        let mut node = std::process::Command::new("node")
+            .arg(js.join("validate_mesh.mjs"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node runs");
+        use std::io::Write;
+        node.stdin
+            .take()
+            .unwrap()
+            .write_all(Value::Array(objects.clone()).to_string().as_bytes())
+            .unwrap();
+        let output = node.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{format}: {text}");
+        assert_eq!(text.matches(": valid").count(), objects.len(), "{text}");
+    }
+    let istio = advise_yaml(&file, "istio");
+    let vs = istio
+        .iter()
+        .find(|o| o["kind"] == "VirtualService" && o["metadata"]["name"] == "inventory")
+        .unwrap();
+    assert_eq!(vs["spec"]["http"][0]["retries"]["attempts"], 2, "{vs:#}");
+    assert_eq!(vs["spec"]["http"][0]["retries"]["perTryTimeout"], "0.057s");
+    let linkerd = advise_yaml(&file, "linkerd");
+    let inventory = linkerd
+        .iter()
+        .find(|o| o["metadata"]["name"] == "inventory")
+        .unwrap();
+    let annotations = &inventory["metadata"]["annotations"];
+    assert_eq!(
+        annotations["retry.linkerd.io/grpc"], "unavailable",
+        "{inventory:#}"
+    );
+    assert_eq!(annotations["retry.linkerd.io/limit"], "2");
+    assert_eq!(annotations["retry.linkerd.io/timeout"], "57ms");
+    assert_eq!(annotations["timeout.linkerd.io/request"], "285ms");
+}

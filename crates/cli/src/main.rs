@@ -116,7 +116,8 @@ enum Command {
     /// advice.timeout_factor, fitted into the caller's budget), attempts (retries at the
     /// deepest layer of each path only, at most 3), backoff and retry budget, and each
     /// layer's amplification under them; as text, JSON, the budget table check-budget reads,
-    /// or gRPC service configs (docs/advice.md).
+    /// gRPC service configs, Envoy routes and clusters, Istio, Gateway API or Linkerd
+    /// objects (docs/advice.md).
     Advise {
         /// Span files or archive directories, as `analyze` reads them.
         #[arg(required = true)]

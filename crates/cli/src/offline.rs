@@ -7,6 +7,7 @@ use anyhow::{Context, bail};
 use stormglass_analytics::files::{self, Columns, LoadSummary};
 use stormglass_analytics::report::{Report, Selection, WindowBounds};
 use stormglass_analytics::{Engine, SessionContext, alerts, engine, offline};
+use stormglass_export::advice as emit;
 
 use crate::CheckFailed;
 use crate::budget;
@@ -94,6 +95,15 @@ pub enum AdviceFormat {
     Budget,
     /// gRPC service configs, one per caller's channel to a callee.
     Grpc,
+    /// Envoy routes (`retry_policy`) and clusters (`retry_budget`), per caller and callee.
+    Envoy,
+    /// Istio VirtualServices and DestinationRules (`retryBudget`), per callee.
+    Istio,
+    /// Gateway API HTTPRoutes (`timeouts`, `retry`) and the experimental
+    /// XBackendTrafficPolicy (`retryConstraint`), per callee.
+    GatewayApi,
+    /// Linkerd's retry and timeout annotations, per callee Service.
+    Linkerd,
 }
 
 /// `stormglass advise FILE|DIR...`: the advice for the files' traffic.
@@ -108,17 +118,18 @@ pub async fn advise(
         min_backoff_ms: config.advice.min_backoff_ms,
     };
     let advice = stormglass_analytics::advice::advise(&report, &params);
-    match format {
-        AdviceFormat::Text => print!("{}", table::advice(&advice)),
-        AdviceFormat::Json => println!("{}", serde_json::to_string_pretty(&advice)?),
-        AdviceFormat::Budget => print!("{}", stormglass_export::advice::budget_file(&advice)),
-        AdviceFormat::Grpc => println!(
-            "{}",
-            serde_json::to_string_pretty(&stormglass_export::advice::grpc_service_configs(
-                &advice
-            ))?
-        ),
-    }
+    let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).map(|t| t + "\n");
+    let text = match format {
+        AdviceFormat::Text => table::advice(&advice),
+        AdviceFormat::Json => serde_json::to_string_pretty(&advice)? + "\n",
+        AdviceFormat::Budget => emit::budget_file(&advice),
+        AdviceFormat::Grpc => json(&emit::grpc_service_configs(&advice))?,
+        AdviceFormat::Envoy => serde_saphyr::to_string(&emit::envoy(&advice))?,
+        AdviceFormat::Istio => emit::yaml_documents(&emit::istio(&advice)),
+        AdviceFormat::GatewayApi => emit::yaml_documents(&emit::gateway_api(&advice)),
+        AdviceFormat::Linkerd => emit::yaml_documents(&emit::linkerd(&advice)),
+    };
+    print!("{text}");
     Ok(())
 }
 

@@ -1,6 +1,9 @@
 //! The advice ([`stormglass_analytics::advice`]) written where the knobs live: the budget
-//! table `stormglass check-budget` reads, and gRPC service configs (`methodConfig` with
-//! `timeout` and `retryPolicy`, `retryThrottling`) for a client's channel to each callee.
+//! table `stormglass check-budget` reads, gRPC service configs (`methodConfig` with
+//! `timeout` and `retryPolicy`, `retryThrottling`) for a client's channel to each callee,
+//! Envoy routes and clusters (`retry_policy`, `retry_budget`), Istio VirtualServices and
+//! DestinationRules, Gateway API HTTPRoutes (with the experimental
+//! `XBackendTrafficPolicy.retryConstraint`) and Linkerd's annotations.
 
 use std::collections::BTreeMap;
 
@@ -133,6 +136,291 @@ pub fn grpc_service_configs(advice: &Advice) -> Value {
     Value::Object(out)
 }
 
+/// An operation as a route matches it: a gRPC method's path, an HTTP route without
+/// parameters as its path; `None` for the rest (a templated route: the callee's prefix).
+fn route_path(operation: &str) -> Option<String> {
+    if let Some((service, method)) = grpc_name(operation) {
+        return Some(format!("/{service}/{method}"));
+    }
+    let path = operation.rsplit(' ').next().unwrap_or(operation);
+    (path.starts_with('/') && !path.contains(['{', ':', '*'])).then(|| path.to_owned())
+}
+
+/// What a retry may be attempted on: `UNAVAILABLE` for gRPC, for HTTP a refused or reset
+/// connection and 503, the failures a retry can change.
+fn retry_on(operation: &str) -> &'static str {
+    if grpc_name(operation).is_some() {
+        "unavailable"
+    } else {
+        "connect-failure,refused-stream,reset,retriable-status-codes"
+    }
+}
+
+/// The whole call's deadline: every advised attempt timing out, with the backoffs.
+fn deadline_ms(e: &EdgeAdvice, timeout: f64) -> f64 {
+    worst_ms(e.max_attempts, timeout, e.backoff.initial_ms)
+}
+
+/// Concurrent retries the budget's floor allows: its rate over a try's timeout (Little's
+/// law), at least 1, as Envoy's and Istio's `min_retry_concurrency` counts them.
+fn min_concurrency(e: &EdgeAdvice) -> u32 {
+    let seconds = e.timeout_ms.unwrap_or(1000.0) / 1e3;
+    ((e.retry_budget_min_per_second * seconds).ceil() as u32).max(1)
+}
+
+/// Per (caller, callee): the caller's Envoy routes to the callee, one per operation
+/// (`route.timeout`, the call's deadline; `retry_policy` with `num_retries`,
+/// `per_try_timeout` and exponential `retry_back_off`), and the callee's cluster with its
+/// `retry_budget` (`budget_percent`, `min_retry_concurrency`), in Envoy's v3 JSON names.
+pub fn envoy(advice: &Advice) -> Value {
+    let mut out = Vec::new();
+    for ((caller, callee), ops) in by_pair(advice) {
+        let mut routes = Vec::new();
+        let mut budget: Option<&EdgeAdvice> = None;
+        for e in &ops {
+            let Some(timeout) = e.timeout_ms else {
+                continue;
+            };
+            let matcher = match route_path(&e.operation) {
+                Some(path) => json!({"path": path}),
+                None => json!({"prefix": "/"}),
+            };
+            let mut route =
+                json!({"cluster": callee, "timeout": duration(deadline_ms(e, timeout))});
+            if e.max_attempts > 1 {
+                let mut policy = json!({
+                    "retry_on": retry_on(&e.operation),
+                    "num_retries": e.max_attempts - 1,
+                    "per_try_timeout": duration(timeout),
+                    "retry_back_off": {
+                        "base_interval": duration(e.backoff.initial_ms),
+                        "max_interval": duration(e.backoff.max_ms),
+                    },
+                });
+                if grpc_name(&e.operation).is_none() {
+                    policy["retriable_status_codes"] = json!([503]);
+                }
+                route["retry_policy"] = policy;
+                budget = Some(budget.map_or(e, |b| {
+                    if e.retry_budget_ratio > b.retry_budget_ratio {
+                        e
+                    } else {
+                        b
+                    }
+                }));
+            }
+            routes.push(json!({"name": e.operation, "match": matcher, "route": route}));
+        }
+        if routes.is_empty() {
+            continue;
+        }
+        let mut cluster = json!({"name": callee});
+        if let Some(b) = budget {
+            cluster["circuit_breakers"] = json!({"thresholds": [{"retry_budget": {
+                "budget_percent": {"value": b.retry_budget_ratio * 100.0},
+                "min_retry_concurrency": min_concurrency(b),
+            }}]});
+        }
+        out.push(json!({"caller": caller, "callee": callee, "routes": routes, "cluster": cluster}));
+    }
+    Value::Array(out)
+}
+
+/// Kubernetes objects, one per callee: `metadata.name` is the callee's service name.
+fn object(api_version: &str, kind: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec})
+}
+
+/// The advised edges by callee: the mesh's routes and policies belong to the callee's
+/// service, whichever caller sends (the strictest of the callers' advice applies: the
+/// shortest timeout, the fewest attempts).
+fn by_callee(advice: &Advice) -> BTreeMap<&str, Vec<&EdgeAdvice>> {
+    let mut callees: BTreeMap<&str, Vec<&EdgeAdvice>> = BTreeMap::new();
+    for e in advice.edges.iter().filter(|e| e.timeout_ms.is_some()) {
+        callees.entry(&e.callee).or_default().push(e);
+    }
+    callees
+}
+
+/// Per operation of a callee, the strictest advice any caller got for it.
+fn strictest<'a>(ops: &[&'a EdgeAdvice]) -> Vec<&'a EdgeAdvice> {
+    let mut by_op: BTreeMap<&str, &EdgeAdvice> = BTreeMap::new();
+    for e in ops {
+        by_op
+            .entry(&e.operation)
+            .and_modify(|b| {
+                if (e.max_attempts, e.timeout_ms) < (b.max_attempts, b.timeout_ms) {
+                    *b = e;
+                }
+            })
+            .or_insert(e);
+    }
+    by_op.into_values().collect()
+}
+
+/// Istio: per callee a VirtualService (`http[].timeout`, `retries` with `attempts` (the
+/// retries), `perTryTimeout` and `retryOn`) and, where it retries, a DestinationRule with
+/// `trafficPolicy.retryBudget` (`percent`, `minRetryConcurrency`).
+pub fn istio(advice: &Advice) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (callee, ops) in by_callee(advice) {
+        let mut http = Vec::new();
+        let mut budget: Option<&EdgeAdvice> = None;
+        for e in strictest(&ops) {
+            let timeout = e.timeout_ms.unwrap_or_default();
+            let mut rule = json!({
+                "name": e.operation,
+                "route": [{"destination": {"host": callee}}],
+                "timeout": duration(deadline_ms(e, timeout)),
+            });
+            if let Some(path) = route_path(&e.operation) {
+                rule["match"] = json!([{"uri": {"exact": path}}]);
+            }
+            rule["retries"] = if e.max_attempts > 1 {
+                budget = Some(e);
+                json!({
+                    "attempts": e.max_attempts - 1,
+                    "perTryTimeout": duration(timeout),
+                    "retryOn": retry_on(&e.operation).replace("retriable-status-codes", "503"),
+                })
+            } else {
+                json!({"attempts": 0})
+            };
+            http.push(rule);
+        }
+        out.push(object(
+            "networking.istio.io/v1",
+            "VirtualService",
+            callee,
+            json!({"hosts": [callee], "http": http}),
+        ));
+        if let Some(b) = budget {
+            out.push(object(
+                "networking.istio.io/v1",
+                "DestinationRule",
+                callee,
+                json!({"host": callee, "trafficPolicy": {"retryBudget": {
+                    "percent": b.retry_budget_ratio * 100.0,
+                    "minRetryConcurrency": min_concurrency(b),
+                }}}),
+            ));
+        }
+    }
+    out
+}
+
+/// Gateway API durations: whole milliseconds (`285ms`).
+fn gateway_duration(ms: f64) -> String {
+    format!("{}ms", ms.ceil() as u64)
+}
+
+/// Gateway API: per callee an HTTPRoute attached to the mesh (`parentRefs` to the
+/// callee's Service, GAMMA), a rule per operation with `timeouts` (`request`: the call's
+/// deadline, `backendRequest`: one try's) and, where it retries, `retry` (`attempts`,
+/// `backoff`, 503); and the experimental `XBackendTrafficPolicy` with `retryConstraint`
+/// (`budget.percent`, `minRetryRate`).
+pub fn gateway_api(advice: &Advice) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (callee, ops) in by_callee(advice) {
+        let service_ref = json!({"group": "", "kind": "Service", "name": callee});
+        let mut rules = Vec::new();
+        let mut budget: Option<&EdgeAdvice> = None;
+        for e in strictest(&ops) {
+            let timeout = e.timeout_ms.unwrap_or_default();
+            let mut rule = json!({
+                "backendRefs": [{"name": callee, "port": 80}],
+                "timeouts": {
+                    "request": gateway_duration(deadline_ms(e, timeout)),
+                    "backendRequest": gateway_duration(timeout),
+                },
+            });
+            if let Some(path) = route_path(&e.operation) {
+                rule["matches"] = json!([{"path": {"type": "Exact", "value": path}}]);
+            }
+            if e.max_attempts > 1 {
+                budget = Some(e);
+                rule["retry"] = json!({
+                    "attempts": e.max_attempts - 1,
+                    "backoff": gateway_duration(e.backoff.initial_ms),
+                    "codes": [503],
+                });
+            }
+            rules.push(rule);
+        }
+        out.push(object(
+            "gateway.networking.k8s.io/v1",
+            "HTTPRoute",
+            callee,
+            json!({"parentRefs": [service_ref.clone()], "rules": rules}),
+        ));
+        if let Some(b) = budget {
+            out.push(object(
+                "gateway.networking.x-k8s.io/v1alpha1",
+                "XBackendTrafficPolicy",
+                callee,
+                json!({"targetRefs": [service_ref], "retryConstraint": {
+                    "budget": {"percent": (b.retry_budget_ratio * 100.0).round() as u32, "interval": "10s"},
+                    "minRetryRate": {"count": b.retry_budget_min_per_second.ceil() as u32, "interval": "1s"},
+                }}),
+            ));
+        }
+    }
+    out
+}
+
+/// Linkerd: per callee the annotations of its Service (as Linkerd documents them for
+/// retries and timeouts on a Service or route): `retry.linkerd.io/http` (or `/grpc`),
+/// `retry.linkerd.io/limit` (retries), `retry.linkerd.io/timeout` (per try) and
+/// `timeout.linkerd.io/request` (the call), from the strictest advice for its operations.
+/// Linkerd's annotations have no retry budget: its retries are bounded by `limit`.
+pub fn linkerd(advice: &Advice) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (callee, ops) in by_callee(advice) {
+        let ops = strictest(&ops);
+        let Some(e) = ops.iter().min_by(|a, b| {
+            (a.max_attempts, a.timeout_ms)
+                .partial_cmp(&(b.max_attempts, b.timeout_ms))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        }) else {
+            continue;
+        };
+        let timeout = e.timeout_ms.unwrap_or_default();
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            "timeout.linkerd.io/request".into(),
+            json!(gateway_duration(deadline_ms(e, timeout))),
+        );
+        if e.max_attempts > 1 {
+            let (key, on) = if grpc_name(&e.operation).is_some() {
+                ("retry.linkerd.io/grpc", "unavailable")
+            } else {
+                ("retry.linkerd.io/http", "5xx")
+            };
+            annotations.insert(key.into(), json!(on));
+            annotations.insert(
+                "retry.linkerd.io/limit".into(),
+                json!((e.max_attempts - 1).to_string()),
+            );
+            annotations.insert(
+                "retry.linkerd.io/timeout".into(),
+                json!(gateway_duration(timeout)),
+            );
+        }
+        out.push(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": callee, "annotations": annotations}}));
+    }
+    out
+}
+
+/// Kubernetes objects as one YAML stream.
+pub fn yaml_documents(objects: &[Value]) -> String {
+    objects
+        .iter()
+        .map(|o| serde_saphyr::to_string(o).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +434,8 @@ mod tests {
         );
         assert_eq!(grpc_name("GET /items"), None);
         assert_eq!(grpc_name("/items/{id}"), None);
+        assert_eq!(route_path("GET /orders").as_deref(), Some("/orders"));
+        assert_eq!(route_path("/items/{id}"), None);
         assert_eq!(duration(450.0), "0.450s");
     }
 }
