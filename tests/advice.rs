@@ -325,3 +325,83 @@ fn mesh_objects_follow_the_upstream_schemas() {
     assert_eq!(annotations["retry.linkerd.io/timeout"], "57ms");
     assert_eq!(annotations["timeout.linkerd.io/request"], "285ms");
 }
+
+/// `replay` of the observed calls under a policy that allows `inventory` one attempt drops
+/// the 10 retries of the 40 calls and loses the 10 successes they made; `whatif --policy`
+/// with the advised policy predicts `inventory` at its retry budget (1.2x) when it fails,
+/// where the observed policy (2 attempts) predicts 2x.
+#[test]
+fn replay_and_whatif_under_a_policy() {
+    let dir = temp_dir("advise-replay");
+    let file = write(&dir, &two_retrying_layers(40));
+    let one_attempt = dir.join("one-attempt.json");
+    std::fs::write(
+        &one_attempt,
+        r#"{"edges": [{"caller": "order", "callee": "inventory", "max_attempts": 1}]}"#,
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = stormglass(&[
+        "replay",
+        "--policy",
+        one_attempt.to_str().unwrap(),
+        "--format",
+        "json",
+        &file,
+    ]);
+    assert!(ok, "{stderr}");
+    let replayed: Value = serde_json::from_str(&stdout).unwrap();
+    let edge = replayed["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["callee"] == "inventory")
+        .unwrap()
+        .clone();
+    assert_eq!(edge["max_attempts"], 1, "{edge:#}");
+    assert_eq!(
+        (edge["calls"].as_f64(), edge["attempts"].as_f64()),
+        (Some(40.0), Some(50.0))
+    );
+    assert_eq!(edge["retries_dropped"], 10.0, "{edge:#}");
+    assert_eq!(edge["successes_lost"], 10.0, "{edge:#}");
+    assert_eq!(edge["success_rate_replayed"], 0.75, "{edge:#}");
+    assert_eq!(edge["load_saved"], 0.2, "{edge:#}");
+    let gateway = replayed["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["callee"] == "order")
+        .unwrap();
+    assert_eq!(gateway["max_attempts"], Value::Null, "as seen: {gateway:#}");
+    assert_eq!(gateway["retries_dropped"], 0.0);
+
+    let (ok, advice, stderr) = stormglass(&["advise", "--format", "json", &file]);
+    assert!(ok, "{stderr}");
+    let advised = dir.join("advised.json");
+    std::fs::write(&advised, advice).unwrap();
+    let amplification = |policy: Option<&str>| -> f64 {
+        let mut args = vec!["whatif", "--fail", "inventory=1", "--format", "json"];
+        if let Some(p) = policy {
+            args.extend(["--policy", p]);
+        }
+        args.push(&file);
+        let (ok, stdout, stderr) = stormglass(&args);
+        assert!(ok, "{stderr}");
+        let w: Value = serde_json::from_str(&stdout).unwrap();
+        w["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["service"] == "inventory")
+            .unwrap()["amplification"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((amplification(None) - 2.0).abs() < 1e-9);
+    assert!((amplification(advised.to_str()) - 1.2).abs() < 1e-9);
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"edges": [{"caller": "a"}]}"#).unwrap();
+    let (code, _, stderr) = stormglass_exit(&["replay", "--policy", bad.to_str().unwrap(), &file]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("not a policy"), "{stderr}");
+}

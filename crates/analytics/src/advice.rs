@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use std::collections::HashSet;
 
@@ -148,6 +148,61 @@ impl Advice {
                 .collect(),
             listing: selected.listing.clone(),
         }
+    }
+}
+
+/// A retry policy to predict or replay: per edge its attempts and retry budget, read from
+/// the JSON `stormglass advise --format json` writes (other fields are ignored, so an
+/// edited or hand-written file needs only these).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Policy {
+    pub edges: Vec<PolicyEdge>,
+}
+
+/// One edge of a [`Policy`].
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct PolicyEdge {
+    pub caller: String,
+    pub callee: String,
+    /// The operation; `*` (or absent) for every operation of the caller and callee.
+    #[serde(default = "any_operation")]
+    pub operation: String,
+    pub max_attempts: u32,
+    /// Retries at most this share of the calls; absent, no budget.
+    #[serde(default)]
+    pub retry_budget_ratio: Option<f64>,
+    /// Retries allowed per second whatever the ratio.
+    #[serde(default)]
+    pub retry_budget_min_per_second: Option<f64>,
+}
+
+fn any_operation() -> String {
+    "*".to_owned()
+}
+
+impl Policy {
+    /// Read a policy file (JSON), saying what is wrong and where.
+    pub fn parse(text: &str) -> Result<Policy, String> {
+        let policy: Policy = serde_json::from_str(text).map_err(|e| {
+            format!("not a policy (the JSON of `stormglass advise --format json`): {e}")
+        })?;
+        if let Some(e) = policy.edges.iter().find(|e| e.max_attempts == 0) {
+            return Err(format!(
+                "{} -> {} {}: max_attempts must be at least 1",
+                e.caller, e.callee, e.operation
+            ));
+        }
+        Ok(policy)
+    }
+
+    /// The policy of an edge: its operation's entry, else the caller and callee's `*`.
+    pub fn edge(&self, caller: &str, callee: &str, operation: &str) -> Option<&PolicyEdge> {
+        let of = |op: &str| {
+            self.edges
+                .iter()
+                .find(|e| e.caller == caller && e.callee == callee && e.operation == op)
+        };
+        of(operation).or_else(|| of("*"))
     }
 }
 

@@ -17,6 +17,7 @@ pub mod live;
 pub mod offline;
 mod parallel;
 pub mod queries;
+pub mod replay;
 pub mod report;
 pub mod table;
 pub mod whatif;

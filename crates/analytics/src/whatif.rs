@@ -17,18 +17,29 @@
 //!   amplification.
 //!
 //! A cycle in the call graph is cut where it closes, as the storm potential's walk does.
+//!
+//! Under a policy (`--policy`, [`Policy`]), an edge's `m` is the policy's attempts, and a
+//! retry budget `r` caps its retries per call as a budget does once the callee fails enough
+//! to reach it: the expected retries per call `R = (1 - q^m) / (1 - q) - 1` become
+//! `min(R, r)`, and a call fails when its first attempt fails and its retries (the share
+//! `min(1, r / R)` the budget lets through) all fail too:
+//! `q (1 - min(1, r / R) (1 - q^(m-1)))`. Edges the policy does not name keep what was
+//! observed. Each layer's `success_probability` is `1 - q` of its requests.
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::report::Report;
+use crate::advice::Policy;
+use crate::report::{EdgeFigures, Report};
 
 /// One layer's expected load if the failures happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LayerWhatIf {
     pub service: String,
     pub amplification: f64,
+    /// The probability that a request to the layer succeeds (retries below included).
+    pub success_probability: f64,
     /// Null when the window has no length (no spans).
     pub requests_per_second: Option<f64>,
 }
@@ -39,8 +50,10 @@ pub struct EdgeWhatIf {
     pub caller: String,
     pub callee: String,
     pub operation: String,
-    /// The most attempts per call observed (largest attempt number + 1).
+    /// The most attempts per call observed (largest attempt number + 1), or the policy's.
     pub max_attempts: u32,
+    /// The policy's retry budget ratio, where it names one.
+    pub retry_budget_ratio: Option<f64>,
     /// The probability that a request to the callee fails.
     pub callee_failure_probability: f64,
     /// Expected attempts per call.
@@ -89,28 +102,99 @@ pub fn attempts_per_call(q: f64, m: u32) -> f64 {
     }
 }
 
-/// The what-if of `report` if requests to each named service failed with its probability.
-pub fn what_if(report: &Report, failures: &[(String, f64)]) -> WhatIf {
+/// Per edge its retry policy, and per service the edges it calls (by index: one lookup
+/// per service, not a scan of every edge).
+struct Model<'r> {
+    retrying: Vec<Retrying>,
+    calls: HashMap<&'r str, Vec<usize>>,
+}
+
+/// An edge's retry policy in the model: its attempts per call at most, and the retry
+/// budget ratio capping its retries, if any.
+#[derive(Clone, Copy)]
+struct Retrying {
+    max_attempts: u32,
+    budget: Option<f64>,
+}
+
+impl Retrying {
+    fn of(e: &EdgeFigures, policy: Option<&Policy>) -> Retrying {
+        match policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation)) {
+            Some(p) => Retrying {
+                max_attempts: p.max_attempts.max(1),
+                budget: p.retry_budget_ratio.map(|r| r.max(0.0)),
+            },
+            None => Retrying {
+                max_attempts: u32::try_from(e.max_attempt.unwrap_or(0).max(0) + 1)
+                    .unwrap_or(u32::MAX),
+                budget: None,
+            },
+        }
+    }
+
+    /// Expected attempts per call when the callee fails with probability `q`.
+    fn attempts_per_call(self, q: f64) -> f64 {
+        let unbounded = attempts_per_call(q, self.max_attempts);
+        match self.budget {
+            Some(r) => 1.0 + (unbounded - 1.0).min(r),
+            None => unbounded,
+        }
+    }
+
+    /// The probability that a call fails when the callee fails with probability `q`.
+    fn call_fails(self, q: f64) -> f64 {
+        let m = i32::try_from(self.max_attempts).unwrap_or(i32::MAX);
+        let retries = attempts_per_call(q, self.max_attempts) - 1.0;
+        let let_through = match self.budget {
+            Some(r) if retries > 0.0 => (r / retries).min(1.0),
+            _ => 1.0,
+        };
+        q * (1.0 - let_through * (1.0 - q.powi(m - 1)))
+    }
+}
+
+/// The what-if of `report` if requests to each named service failed with its probability,
+/// under `policy` where given (else the policies observed).
+pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Policy>) -> WhatIf {
     let failing: HashMap<&str, f64> = failures.iter().map(|(s, p)| (s.as_str(), *p)).collect();
-    let m = |e: &crate::report::EdgeFigures| {
-        u32::try_from(e.max_attempt.unwrap_or(0).max(0) + 1).unwrap_or(u32::MAX)
+    let mut calls: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, e) in report.edges.iter().enumerate() {
+        calls.entry(e.caller.as_str()).or_default().push(i);
+    }
+    let model = Model {
+        retrying: report
+            .edges
+            .iter()
+            .map(|e| Retrying::of(e, policy))
+            .collect(),
+        calls,
     };
     let mut q: HashMap<&str, f64> = HashMap::new();
     for layer in &report.layers {
-        failure_probability(report, &failing, &layer.service, &mut q, &mut Vec::new());
+        failure_probability(
+            report,
+            &model,
+            &failing,
+            &layer.service,
+            &mut q,
+            &mut Vec::new(),
+        );
     }
     let edges: Vec<EdgeWhatIf> = report
         .edges
         .iter()
-        .map(|e| {
-            let q = failure_probability(report, &failing, &e.callee, &mut q, &mut Vec::new());
+        .zip(&model.retrying)
+        .map(|(e, r)| {
+            let q =
+                failure_probability(report, &model, &failing, &e.callee, &mut q, &mut Vec::new());
             EdgeWhatIf {
                 caller: e.caller.clone(),
                 callee: e.callee.clone(),
                 operation: e.operation.clone(),
-                max_attempts: m(e),
+                max_attempts: r.max_attempts,
+                retry_budget_ratio: r.budget,
                 callee_failure_probability: q,
-                attempts_per_call: attempts_per_call(q, m(e)),
+                attempts_per_call: r.attempts_per_call(q),
             }
         })
         .collect();
@@ -151,6 +235,12 @@ pub fn what_if(report: &Report, failures: &[(String, f64)]) -> WhatIf {
             LayerWhatIf {
                 service: l.service.clone(),
                 amplification: a,
+                success_probability: 1.0
+                    - failing
+                        .get(l.service.as_str())
+                        .or_else(|| q.get(l.service.as_str()))
+                        .copied()
+                        .unwrap_or(0.0),
                 requests_per_second: seconds.map(|s| l.baseline_attempts as f64 / s * a),
             }
         })
@@ -161,6 +251,7 @@ pub fn what_if(report: &Report, failures: &[(String, f64)]) -> WhatIf {
 /// `q(service)`, memoised; a service met again on the path (a cycle) adds nothing.
 fn failure_probability<'r>(
     report: &'r Report,
+    model: &Model<'r>,
     failing: &HashMap<&str, f64>,
     service: &'r str,
     memo: &mut HashMap<&'r str, f64>,
@@ -177,10 +268,10 @@ fn failure_probability<'r>(
     }
     path.push(service);
     let mut succeeds = 1.0;
-    for e in report.edges.iter().filter(|e| e.caller == service) {
-        let q = failure_probability(report, failing, &e.callee, memo, path);
-        let m = e.max_attempt.unwrap_or(0).max(0) + 1;
-        succeeds *= 1.0 - q.powi(i32::try_from(m).unwrap_or(i32::MAX));
+    for &i in model.calls.get(service).into_iter().flatten() {
+        let e = &report.edges[i];
+        let q = failure_probability(report, model, failing, &e.callee, memo, path);
+        succeeds *= 1.0 - model.retrying[i].call_fails(q);
     }
     path.pop();
     let q = 1.0 - succeeds;
@@ -233,6 +324,28 @@ mod tests {
         assert_eq!(attempts_per_call(1.0, 3), 3.0);
         assert_eq!(attempts_per_call(0.0, 3), 1.0);
         assert_eq!(attempts_per_call(0.5, 3), 1.75);
+    }
+
+    /// Under a retry budget, retries per call stop at the ratio and the calls whose retries
+    /// it holds back fail: 3 attempts with a 20% budget against a callee failing half of the
+    /// time send 1.2 attempts per call (0.75 unbounded) and fail 0.5 x (1 - 0.2/0.75 x 0.75)
+    /// = 0.4 of calls (0.125 unbounded).
+    #[test]
+    fn a_budget_caps_retries_as_it_behaves() {
+        let budgeted = Retrying {
+            max_attempts: 3,
+            budget: Some(0.2),
+        };
+        assert!((budgeted.attempts_per_call(0.5) - 1.2).abs() < 1e-12);
+        assert!((budgeted.call_fails(0.5) - 0.4).abs() < 1e-12);
+        assert!((budgeted.attempts_per_call(1.0) - 1.2).abs() < 1e-12);
+        assert_eq!(budgeted.call_fails(1.0), 1.0);
+        let unbounded = Retrying {
+            max_attempts: 3,
+            budget: None,
+        };
+        assert!((unbounded.attempts_per_call(0.5) - 1.75).abs() < 1e-12);
+        assert!((unbounded.call_fails(0.5) - 0.125).abs() < 1e-12);
     }
 
     /// `SERVICE=P` and `SERVICE:P` parse; anything else is an error saying what is expected.

@@ -1424,7 +1424,7 @@ async fn what_if_a_service_fails() {
             .amplification
     };
 
-    let always = what_if(&r, &[("db".into(), 1.0)]);
+    let always = what_if(&r, &[("db".into(), 1.0)], None);
     for (service, expected) in [("gateway", 1.0), ("api", 3.0), ("svc", 9.0), ("db", 27.0)] {
         assert_eq!(amplification(&always, service), expected, "{service}");
     }
@@ -1435,7 +1435,7 @@ async fn what_if_a_service_fails() {
         Some(baseline.baseline_attempts as f64 / r.window.seconds.unwrap() * 27.0)
     );
 
-    let half = what_if(&r, &[("db".into(), 0.5)]);
+    let half = what_if(&r, &[("db".into(), 0.5)], None);
     let q_api: f64 = 0.125f64.powi(3);
     let at_api = 1.0 + q_api + q_api * q_api;
     let at_svc = at_api * (1.0 + 0.125 + 0.125 * 0.125);
@@ -1461,6 +1461,6 @@ async fn what_if_a_service_fails() {
         (3, 0.5, 1.75)
     );
     // Nothing fails: every layer at 1.
-    let none = what_if(&r, &[("db".into(), 0.0)]);
+    let none = what_if(&r, &[("db".into(), 0.0)], None);
     assert!(none.layers.iter().all(|l| l.amplification == 1.0));
 }

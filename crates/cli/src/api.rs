@@ -232,7 +232,9 @@ async fn whatif(
     if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, &failures) {
         return bad(format!("fail={unknown}: no such service in the window"));
     }
-    json(&stormglass_analytics::whatif::what_if(&report, &failures))
+    json(&stormglass_analytics::whatif::what_if(
+        &report, &failures, None,
+    ))
 }
 
 async fn alerts(State(state): State<ApiState>) -> Response {

@@ -128,6 +128,16 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Replay the observed calls under a retry policy (the JSON of `advise --format json`):
+    /// per edge the retries it would have dropped (past its attempts, then past its
+    /// budget), the successes that would have cost and the load it saves (docs/advice.md).
+    Replay {
+        /// The policy: per edge max_attempts, retry_budget_ratio, retry_budget_min_per_second.
+        #[arg(long, required = true)]
+        policy: PathBuf,
+        #[command(flatten)]
+        input: SpanFiles,
+    },
     /// What if a service failed: each layer's expected amplification and request rate if
     /// every request to SERVICE failed with probability P, from the retry policies observed
     /// in the span files (each edge's most attempts per call).
@@ -135,6 +145,10 @@ enum Command {
         /// SERVICE=P: requests to SERVICE fail with probability P (0 to 1); repeatable.
         #[arg(long = "fail", required = true, value_parser = stormglass_analytics::whatif::parse_failure)]
         fail: Vec<(String, f64)>,
+        /// Predict under this retry policy instead of the observed one: the JSON of
+        /// `stormglass advise --format json` (per edge max_attempts and retry budget).
+        #[arg(long)]
+        policy: Option<PathBuf>,
         #[command(flatten)]
         input: SpanFiles,
     },
@@ -375,8 +389,22 @@ fn main() -> ExitCode {
         } => offline(config, |config| async move {
             offline::advise(&config, &files, format).await
         }),
-        Command::Whatif { fail, input } => offline(input.config, |config| async move {
-            offline::whatif(&config, &input.files, &fail, input.format).await
+        Command::Replay { policy, input } => offline(input.config, |config| async move {
+            offline::replay(&config, &input.files, &policy, input.format).await
+        }),
+        Command::Whatif {
+            fail,
+            policy,
+            input,
+        } => offline(input.config, |config| async move {
+            offline::whatif(
+                &config,
+                &input.files,
+                &fail,
+                policy.as_deref(),
+                input.format,
+            )
+            .await
         }),
         Command::CheckBudget {
             file,

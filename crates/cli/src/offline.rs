@@ -106,6 +106,35 @@ pub enum AdviceFormat {
     Linkerd,
 }
 
+/// The observed logical calls, as `replay` reads them.
+const CALLS: &str = "SELECT caller, callee, operation, attempts, final_outcome, weight, \
+     start_ns, end_ns FROM logical_calls";
+
+/// `stormglass replay --policy FILE FILE|DIR...`: the files' calls under the policy.
+pub async fn replay(
+    config: &Config,
+    paths: &[PathBuf],
+    policy: &Path,
+    format: Format,
+) -> anyhow::Result<()> {
+    let policy = read_policy(policy)?;
+    let ctx = traffic(config, paths).await?;
+    let calls: Vec<stormglass_analytics::replay::CallRow> = sql_rows(&ctx, CALLS).await?;
+    let replayed = stormglass_analytics::replay::replay(&calls, &policy);
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&replayed)?),
+        Format::Table => print!("{}", table::replay(&replayed)),
+    }
+    Ok(())
+}
+
+/// A policy file (`--policy`): the JSON of `stormglass advise --format json`.
+fn read_policy(path: &Path) -> anyhow::Result<stormglass_analytics::advice::Policy> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    stormglass_analytics::advice::Policy::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
 /// `stormglass advise FILE|DIR...`: the advice for the files' traffic.
 pub async fn advise(
     config: &Config,
@@ -137,8 +166,10 @@ pub async fn whatif(
     config: &Config,
     paths: &[PathBuf],
     failures: &[(String, f64)],
+    policy: Option<&Path>,
     format: Format,
 ) -> anyhow::Result<()> {
+    let policy = policy.map(read_policy).transpose()?;
     let report = report(config, paths).await?;
     if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, failures) {
         let services: Vec<&str> = report.layers.iter().map(|l| l.service.as_str()).collect();
@@ -147,7 +178,7 @@ pub async fn whatif(
             services.join(", ")
         );
     }
-    let answer = stormglass_analytics::whatif::what_if(&report, failures);
+    let answer = stormglass_analytics::whatif::what_if(&report, failures, policy.as_ref());
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
         Format::Table => print!("{}", table::whatif(&answer)),

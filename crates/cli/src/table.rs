@@ -352,6 +352,48 @@ pub fn advice(a: &stormglass_analytics::advice::Advice) -> String {
     out
 }
 
+/// `stormglass replay`: per edge what the policy would have changed.
+pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
+    let mut out = format!("Edges replayed over {:.1} s\n", r.seconds);
+    let rows: Vec<Vec<String>> = r
+        .edges
+        .iter()
+        .map(|e| {
+            vec![
+                format!("{} -> {}", e.caller, e.callee),
+                e.operation.clone(),
+                e.max_attempts
+                    .map_or_else(|| "as seen".to_owned(), |m| m.to_string()),
+                format!("{:.0}", e.calls),
+                format!("{:.0} -> {:.0}", e.attempts, e.attempts_replayed),
+                format!("{:.1}", e.retries_dropped),
+                format!("{:.1}", e.successes_lost),
+                format!(
+                    "{} -> {}",
+                    number(e.success_rate, 4),
+                    number(e.success_rate_replayed, 4)
+                ),
+                number(e.load_saved.map(|s| s * 100.0), 1),
+            ]
+        })
+        .collect();
+    out += &grid(
+        &[
+            "edge",
+            "operation",
+            "attempts",
+            "calls",
+            "attempts sent",
+            "retries dropped",
+            "successes lost",
+            "success rate",
+            "load saved %",
+        ],
+        &rows,
+    );
+    out
+}
+
 pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
     let mut out = String::from("Layers if the failures happened\n");
     let rows: Vec<Vec<String>> = w
@@ -361,11 +403,15 @@ pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
             vec![
                 l.service.clone(),
                 format!("{:.3}", l.amplification),
+                format!("{:.4}", l.success_probability),
                 number(l.requests_per_second, 1),
             ]
         })
         .collect();
-    out += &grid(&["service", "amplification", "requests/s"], &rows);
+    out += &grid(
+        &["service", "amplification", "succeeds", "requests/s"],
+        &rows,
+    );
     let _ = writeln!(out, "\nEdges");
     let rows: Vec<Vec<String>> = w
         .edges
