@@ -366,6 +366,11 @@ fn builtin_page_draws_the_budget_topology() {
         .iter()
         .map(|l| l.as_str().unwrap())
         .collect();
+    // The advice panel lists the window's edges (and any budget it cannot fit in) and
+    // its layers.
+    let advised = drawn["advice"].as_array().unwrap();
+    assert!(advised.len() >= report.edges.len(), "{drawn:#}");
+    assert_eq!(drawn["advice_layers"], report.layers.len(), "{drawn:#}");
     // The what-if control answers for every layer of the window, none below 1.
     let whatif = drawn["whatif"].as_array().unwrap();
     assert_eq!(whatif.len(), report.layers.len(), "{drawn:#}");

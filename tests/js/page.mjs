@@ -27,6 +27,9 @@ try {
   const alerts = await page.$$eval("#alerts tbody tr", (rs) => rs.length);
   const listing = await page.$eval("#listing", (l) => l.textContent);
   const trace_links = await page.$$eval("#findings tbody a", (as) => as.map((a) => a.href));
+  const advice = await page.$$eval("#advice tbody tr", (rs) =>
+    rs.map((r) => ({ edge: r.cells[0].textContent, attempts: r.cells[3].textContent })));
+  const advice_layers = await page.$$eval("#advice-layers tbody tr", (rs) => rs.length);
   // The what-if control: the first service failing always.
   const failed = await page.$eval("#whatif select", (s) => s.value);
   await page.fill("#whatif input[name=p]", "1");
@@ -35,7 +38,7 @@ try {
   const whatif = await page.$$eval("#whatif-layers tbody tr", (rs) =>
     rs.map((r) => ({ service: r.cells[0].textContent, amplification: parseFloat(r.cells[1].textContent) })));
   await page.screenshot({ path: screenshot, fullPage: true });
-  console.log(JSON.stringify({ errors, services, edges, alerts, listing, trace_links, failed, whatif }));
+  console.log(JSON.stringify({ errors, services, edges, alerts, listing, trace_links, failed, whatif, advice, advice_layers }));
 } finally {
   await browser.close();
 }

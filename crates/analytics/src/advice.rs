@@ -263,6 +263,20 @@ fn reasons(e: &EdgeFigures, retries_below: bool, callee_amplification: Option<f6
             e.callee_p999_ms.unwrap_or_default()
         ));
     }
+    if e.timeout_without_margin == Some(true) {
+        out.push(format!(
+            "timeout_without_margin: the timeout ({:.1} ms) is above the P99.9 ({:.1} ms) \
+             but below it x advice.timeout_factor",
+            e.timeout_ms.unwrap_or_default(),
+            e.callee_p999_ms.unwrap_or_default()
+        ));
+    }
+    if e.timeout_too_long == Some(true) {
+        out.push(format!(
+            "timeout_too_long: the timeout ({:.1} ms) is over 10 times the recommended one",
+            e.timeout_ms.unwrap_or_default()
+        ));
+    }
     if retries_below && e.max_attempt.is_some_and(|m| m > 0) {
         out.push(format!(
             "multi_layer_retry: {} retries here although {} calls further, so each retry repeats \
@@ -388,8 +402,11 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                     source = Some("budget");
                 }
                 let t = timeout.unwrap_or(have);
+                let wanted = attempts;
                 while attempts > 1 && worst_ms(attempts, t, initial) > have {
                     attempts -= 1;
+                }
+                if attempts < wanted {
                     reason = format!(
                         "{reason}; {attempts} attempt(s) so that every attempt timing out fits \
                          {}'s {have} ms",
