@@ -405,3 +405,104 @@ fn replay_and_whatif_under_a_policy() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("not a policy"), "{stderr}");
 }
+
+/// `stormglass demo` run as a user would, archiving its spans: the last summary's
+/// amplification at `db` and the gateway's effective success (%).
+fn demo(scenario: &str, archive: &Path, policy: Option<&Path>) -> (f64, f64) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_stormglass"));
+    command
+        .args(["demo", "--scenario", scenario, "--duration", "8s"])
+        .env("STORMGLASS_LISTEN__GRPC", "127.0.0.1:0")
+        .env("STORMGLASS_LISTEN__HTTP", "127.0.0.1:0")
+        .env("STORMGLASS_LISTEN__API", "127.0.0.1:0")
+        .env("STORMGLASS_ARCHIVE__DIR", archive)
+        .env("STORMGLASS_ARCHIVE__FLUSH", "1s");
+    if let Some(policy) = policy {
+        command.arg("--policy").arg(policy);
+    }
+    let output = command.output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = |prefix: &str| {
+        text.lines()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in {text}"))
+            .to_owned()
+    };
+    let amplification = last("amplification:");
+    let db = amplification
+        .split(", ")
+        .find_map(|a| a.trim().strip_prefix("db "))
+        .and_then(|a| a.trim_end_matches('x').parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no db in {amplification}"));
+    let effective = last("gateway -> order: effective success ");
+    let effective = effective
+        .split('%')
+        .next()
+        .and_then(|p| p.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no effective success in {effective}"));
+    (db, effective)
+}
+
+/// The advice proven on the demo chain, its clients obeying the advised file: the storm
+/// that reads 27x at the database reads at most 1.5x, as `whatif --policy` predicts (within
+/// 10%); the healthy scenario's effective success moves by under half a point.
+#[test]
+fn the_demo_obeys_the_advised_policy() {
+    let dir = temp_dir("advise-demo");
+    let advise = |archive: &Path, name: &str| {
+        let (ok, json, stderr) =
+            stormglass(&["advise", "--format", "json", archive.to_str().unwrap()]);
+        assert!(ok, "{stderr}");
+        let path = dir.join(name);
+        std::fs::write(&path, json).unwrap();
+        path
+    };
+    let storm = dir.join("storm");
+    let (before, _) = demo("storm", &storm, None);
+    assert!(before > 20.0, "the storm reads {before}x at db");
+    let policy = advise(&storm, "storm-policy.json");
+    let (after, _) = demo("storm", &dir.join("storm-advised"), Some(&policy));
+    assert!(
+        after <= 1.5,
+        "under the advice the storm reads {after}x at db"
+    );
+    let (ok, stdout, stderr) = stormglass(&[
+        "whatif",
+        "--fail",
+        "db=1",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--format",
+        "json",
+        storm.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let predicted: Value = serde_json::from_str(&stdout).unwrap();
+    let predicted = predicted["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["service"] == "db")
+        .unwrap()["amplification"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (after - predicted).abs() <= 0.1 * predicted,
+        "measured {after}x, predicted {predicted}x"
+    );
+
+    let healthy = dir.join("healthy");
+    let (_, effective) = demo("healthy", &healthy, None);
+    let policy = advise(&healthy, "healthy-policy.json");
+    let (_, advised) = demo("healthy", &dir.join("healthy-advised"), Some(&policy));
+    assert!(
+        (advised - effective).abs() < 0.5,
+        "effective success {effective}% -> {advised}% under the advice"
+    );
+}

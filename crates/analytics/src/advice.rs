@@ -168,6 +168,9 @@ pub struct PolicyEdge {
     #[serde(default = "any_operation")]
     pub operation: String,
     pub max_attempts: u32,
+    /// Per attempt; absent, as observed (`stormglass demo --policy` sets it).
+    #[serde(default)]
+    pub timeout_ms: Option<f64>,
     /// Retries at most this share of the calls; absent, no budget.
     #[serde(default)]
     pub retry_budget_ratio: Option<f64>,

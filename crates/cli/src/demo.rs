@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use stormglass_analytics::Report;
-use stormglass_demo::{Chain, Counts, Scenario};
+use stormglass_demo::{Chain, Counts, EdgeSetting, Plan, Scenario};
 use stormglass_export::notify::AlertStatus;
 use tokio::sync::watch;
 
@@ -16,9 +16,57 @@ use crate::serve::{Collector, shutdown_signal};
 /// How often the summary is printed.
 const SUMMARY_EVERY: Duration = Duration::from_secs(5);
 
+/// The scenario's plan, its clients obeying `policy` (a policy file) where given: each
+/// edge of the chain the file names takes its attempts, timeout and retry budget.
+pub fn plan(scenario: Scenario, policy: Option<&std::path::Path>) -> anyhow::Result<Plan> {
+    let Some(path) = policy else {
+        return Ok(scenario.plan());
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let policy = stormglass_analytics::advice::Policy::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    // The chain's clients call per (caller, callee): of several operations, the fewest
+    // attempts and the shortest timeout.
+    let mut settings: Vec<EdgeSetting> = Vec::new();
+    for e in &policy.edges {
+        match settings
+            .iter_mut()
+            .find(|s| s.caller == e.caller && s.callee == e.callee)
+        {
+            Some(s) => {
+                s.max_attempts = s.max_attempts.min(e.max_attempts);
+                s.timeout_ms = match (s.timeout_ms, e.timeout_ms) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            None => settings.push(EdgeSetting {
+                caller: e.caller.clone(),
+                callee: e.callee.clone(),
+                max_attempts: e.max_attempts,
+                timeout_ms: e.timeout_ms,
+                budget_ratio: e.retry_budget_ratio.filter(|_| e.max_attempts > 1),
+                budget_min_per_second: e.retry_budget_min_per_second.filter(|_| e.max_attempts > 1),
+            }),
+        }
+    }
+    let (plan, unknown) = scenario.plan().with_settings(&settings);
+    if !unknown.is_empty() {
+        anyhow::bail!(
+            "{}: the demo chain has no edge {} (it has gateway -> order, order -> inventory, \
+             order -> payment, inventory -> db, payment -> db)",
+            path.display(),
+            unknown.join(", ")
+        );
+    }
+    Ok(plan)
+}
+
 pub async fn run(
     config: Config,
     scenario: Scenario,
+    plan: Plan,
     duration: Duration,
     rate: f64,
 ) -> anyhow::Result<()> {
@@ -35,8 +83,9 @@ pub async fn run(
         humantime::format_duration(duration),
         api = collector.api,
     );
-    let chain = Chain::start(
+    let chain = Chain::start_with(
         scenario,
+        plan,
         &collector.grpc.to_string(),
         &collector.http.to_string(),
     )
@@ -64,6 +113,7 @@ pub async fn run(
 /// `grpc`, OTLP/HTTP at `http`): the figures are that collector's to show.
 pub async fn send(
     scenario: Scenario,
+    plan: Plan,
     duration: Duration,
     rate: f64,
     grpc: &str,
@@ -76,7 +126,7 @@ pub async fn send(
         scenario.story(),
         humantime::format_duration(duration),
     );
-    let chain = Chain::start(scenario, grpc, http).await?;
+    let chain = Chain::start_with(scenario, plan, grpc, http).await?;
     let started = Instant::now();
     let line = |counts: Counts| {
         format!(

@@ -213,6 +213,10 @@ enum Command {
         /// Its OTLP/HTTP address (some of the chain's services export over HTTP).
         #[arg(long, value_name = "HOST:PORT", requires = "otlp_grpc")]
         otlp_http: Option<String>,
+        /// The chain's clients obey this retry policy (the JSON of `advise --format json`:
+        /// per edge max_attempts, timeout_ms and retry budget) instead of the scenario's.
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Send synthetic SDK-shaped traces to an OTLP receiver (stormglass or any collector)
     /// and report accepted/refused spans, spans/s and, with --pid, the server's CPU-seconds
@@ -434,7 +438,15 @@ fn main() -> ExitCode {
             config,
             otlp_grpc,
             otlp_http,
-        } => demo(config, scenario, duration, rate, otlp_grpc.zip(otlp_http)),
+            policy,
+        } => demo(
+            config,
+            scenario,
+            policy.as_deref(),
+            duration,
+            rate,
+            otlp_grpc.zip(otlp_http),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -481,6 +493,7 @@ fn scenario(name: &str) -> Result<stormglass_demo::Scenario, String> {
 fn demo(
     config: Option<PathBuf>,
     scenario: stormglass_demo::Scenario,
+    policy: Option<&std::path::Path>,
     duration: std::time::Duration,
     rate: f64,
     elsewhere: Option<(String, String)>,
@@ -488,9 +501,10 @@ fn demo(
     if !(rate.is_finite() && rate > 0.0) {
         anyhow::bail!("--rate must be a positive number of requests per second");
     }
+    let plan = demo::plan(scenario, policy)?;
     if let Some((grpc, http)) = elsewhere {
         return tokio::runtime::Runtime::new()?
-            .block_on(demo::send(scenario, duration, rate, &grpc, &http));
+            .block_on(demo::send(scenario, plan, duration, rate, &grpc, &http));
     }
     let quick: config::Overrides = vec![
         ("assembly.idle", "2s".to_owned()),
@@ -498,7 +512,7 @@ fn demo(
     ];
     let config = config::load(config.as_deref(), std::env::vars(), &quick)?;
     serve::runtime(config.limits.receiver_nice)?
-        .block_on(demo::run(config, scenario, duration, rate))
+        .block_on(demo::run(config, scenario, plan, duration, rate))
 }
 
 fn load(args: LoadArgs) -> anyhow::Result<()> {

@@ -116,6 +116,17 @@ impl Chain {
     /// Start every service of `scenario` on free loopback ports, exporting spans to
     /// stormglass' OTLP/gRPC (`grpc`) and OTLP/HTTP (`http`) addresses.
     pub async fn start(scenario: Scenario, grpc: &str, http: &str) -> Result<Chain, ChainError> {
+        Chain::start_with(scenario, scenario.plan(), grpc, http).await
+    }
+
+    /// [`Chain::start`] with `plan` instead of the scenario's own (its clients obeying a
+    /// policy file: [`Plan::with_settings`]).
+    pub async fn start_with(
+        scenario: Scenario,
+        plan: Plan,
+        grpc: &str,
+        http: &str,
+    ) -> Result<Chain, ChainError> {
         let telemetry = Telemetry::new(grpc, http)?;
         let (stop, stopped) = watch::channel(false);
         let mut servers = JoinSet::new();
@@ -133,7 +144,7 @@ impl Chain {
             gateway.local_addr()?,
         );
         let services = Arc::new(Services {
-            plan: scenario.plan(),
+            plan,
             telemetry,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(256)

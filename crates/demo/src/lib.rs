@@ -12,4 +12,4 @@ pub mod scenario;
 pub mod telemetry;
 
 pub use chain::{Chain, ChainError, Counts};
-pub use scenario::{Plan, Scenario};
+pub use scenario::{EdgeSetting, Plan, Scenario};

@@ -6,6 +6,8 @@
 //! they received and whether they honoured it.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
@@ -96,6 +98,50 @@ pub struct Policy {
     /// for the whole call, every attempt sent with its context and no span or number of
     /// its own, so only the callee's SERVER spans show the attempts.
     pub below_tracing: bool,
+    /// A retry budget shared by every call of the edge, where the plan sets one.
+    pub budget: Option<Arc<RetryBudget>>,
+}
+
+/// A retry budget as Envoy's and Linkerd's behave: a retry is sent only while the edge's
+/// retries stay within `ratio` of its calls, or `min_per_second` since it started,
+/// whichever allows more.
+#[derive(Debug)]
+pub struct RetryBudget {
+    ratio: f64,
+    min_per_second: f64,
+    started: Instant,
+    calls: AtomicU64,
+    retries: AtomicU64,
+}
+
+impl RetryBudget {
+    pub fn new(ratio: f64, min_per_second: f64) -> RetryBudget {
+        RetryBudget {
+            ratio,
+            min_per_second,
+            started: Instant::now(),
+            calls: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        }
+    }
+
+    fn call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take one retry from the budget; false when it is spent.
+    fn retry(&self) -> bool {
+        let calls = self.calls.load(Ordering::Relaxed) as f64;
+        let allowed =
+            (self.ratio * calls).max(self.min_per_second * self.started.elapsed().as_secs_f64());
+        let taken = self.retries.fetch_add(1, Ordering::Relaxed);
+        if (taken + 1) as f64 <= allowed {
+            true
+        } else {
+            self.retries.fetch_sub(1, Ordering::Relaxed);
+            false
+        }
+    }
 }
 
 impl Policy {
@@ -111,6 +157,7 @@ impl Policy {
             idempotency_key: true,
             propagate_deadline: true,
             below_tracing: false,
+            budget: None,
         }
     }
 
@@ -210,8 +257,14 @@ where
     let mut outcome = Outcome::Deadline;
     let mut previous: Option<Outcome> = None;
     let mut attempts = 0;
+    if let Some(budget) = &policy.budget {
+        budget.call();
+    }
     for n in 0..policy.max_attempts {
         if n > 0 {
+            if policy.budget.as_ref().is_some_and(|b| !b.retry()) {
+                break;
+            }
             tokio::time::sleep(policy.backoff_before(n)).await;
         }
         let mut timeout = policy.timeout;

@@ -4,9 +4,10 @@
 //! the figures a scenario produces are known.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::retry::{Outcome, Policy};
+use crate::retry::{Outcome, Policy, RetryBudget};
 
 const TIMEOUTS: &[Outcome] = &[Outcome::Deadline, Outcome::Unavailable];
 const UNAVAILABLE: &[Outcome] = &[Outcome::Unavailable];
@@ -74,6 +75,51 @@ pub struct Plan {
     pub honour_deadlines: bool,
     /// The payment service ignores (and does not record) the budget it receives.
     pub payment_drops_deadline: bool,
+}
+
+/// A retry policy for one edge of the chain, as a policy file sets it (`stormglass demo
+/// --policy`): attempts, the per-attempt timeout, and a retry budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdgeSetting {
+    pub caller: String,
+    pub callee: String,
+    pub max_attempts: u32,
+    pub timeout_ms: Option<f64>,
+    pub budget_ratio: Option<f64>,
+    pub budget_min_per_second: Option<f64>,
+}
+
+impl Plan {
+    /// The plan with each edge `settings` names set as it says (the others as they were);
+    /// the names of the edges the settings name but the chain does not have.
+    pub fn with_settings(mut self, settings: &[EdgeSetting]) -> (Plan, Vec<String>) {
+        let mut unknown = Vec::new();
+        for s in settings {
+            let policy = match (s.caller.as_str(), s.callee.as_str()) {
+                ("gateway", "order") => &mut self.gateway_order,
+                ("order", "inventory") => &mut self.order_inventory,
+                ("order", "payment") => &mut self.order_payment,
+                ("inventory", "db") => &mut self.inventory_db,
+                ("payment", "db") => &mut self.payment_db,
+                _ => {
+                    unknown.push(format!("{} -> {}", s.caller, s.callee));
+                    continue;
+                }
+            };
+            policy.max_attempts = s.max_attempts.max(1);
+            if let Some(ms) = s.timeout_ms {
+                policy.timeout = Duration::from_secs_f64(ms / 1e3);
+            }
+            policy.budget =
+                (s.budget_ratio.is_some() || s.budget_min_per_second.is_some()).then(|| {
+                    Arc::new(RetryBudget::new(
+                        s.budget_ratio.unwrap_or(0.0),
+                        s.budget_min_per_second.unwrap_or(0.0),
+                    ))
+                });
+        }
+        (self, unknown)
+    }
 }
 
 /// The scenarios, by name.
