@@ -177,6 +177,18 @@ pub struct PolicyEdge {
     /// Retries allowed per second whatever the ratio.
     #[serde(default)]
     pub retry_budget_min_per_second: Option<f64>,
+    /// gRPC's `retryThrottling`, where the client throttles with a token bucket instead.
+    #[serde(default)]
+    pub retry_throttling: Option<Throttling>,
+}
+
+/// gRPC's retry throttling: tokens start at `max_tokens`; a failed attempt takes one, a
+/// success gives back `token_ratio` (up to `max_tokens`); no retry is sent while the tokens
+/// are at or below half of `max_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+pub struct Throttling {
+    pub max_tokens: f64,
+    pub token_ratio: f64,
 }
 
 fn any_operation() -> String {

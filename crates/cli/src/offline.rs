@@ -110,6 +110,11 @@ pub enum AdviceFormat {
 const CALLS: &str = "SELECT caller, callee, operation, attempts, final_outcome, weight, \
      start_ns, end_ns FROM logical_calls";
 
+/// The observed attempts, as a throttled edge's replay reads them.
+const ATTEMPTS: &str = "SELECT caller, callee, operation, \
+     encode(CAST(trace_id AS BYTEA), 'hex') AS trace_id, logical_call_id, attempt, outcome, \
+     start_ns FROM attempts";
+
 /// `stormglass replay --policy FILE FILE|DIR...`: the files' calls under the policy.
 pub async fn replay(
     config: &Config,
@@ -120,7 +125,14 @@ pub async fn replay(
     let policy = read_policy(policy)?;
     let ctx = traffic(config, paths).await?;
     let calls: Vec<stormglass_analytics::replay::CallRow> = sql_rows(&ctx, CALLS).await?;
-    let replayed = stormglass_analytics::replay::replay(&calls, &policy);
+    // Attempt by attempt only for the edges a token bucket throttles.
+    let throttles = policy.edges.iter().any(|e| e.retry_throttling.is_some());
+    let attempts: Vec<stormglass_analytics::replay::AttemptRow> = if throttles {
+        sql_rows(&ctx, ATTEMPTS).await?
+    } else {
+        Vec::new()
+    };
+    let replayed = stormglass_analytics::replay::replay(&calls, &attempts, &policy);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&replayed)?),
         Format::Table => print!("{}", table::replay(&replayed)),
