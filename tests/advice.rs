@@ -455,9 +455,10 @@ fn demo(scenario: &str, archive: &Path, policy: Option<&Path>) -> (f64, f64) {
 #[test]
 fn the_demo_obeys_the_advised_policy() {
     let dir = temp_dir("advise-demo");
-    let advise = |archive: &Path, name: &str| {
-        let (ok, json, stderr) =
-            stormglass(&["advise", "--format", "json", archive.to_str().unwrap()]);
+    let advise = |archive: &Path, name: &str, config: &[&str]| {
+        let mut args = vec!["advise", "--format", "json", archive.to_str().unwrap()];
+        args.extend(config);
+        let (ok, json, stderr) = stormglass(&args);
         assert!(ok, "{stderr}");
         let path = dir.join(name);
         std::fs::write(&path, json).unwrap();
@@ -466,7 +467,7 @@ fn the_demo_obeys_the_advised_policy() {
     let storm = dir.join("storm");
     let (before, _) = demo("storm", &storm, None);
     assert!(before > 20.0, "the storm reads {before}x at db");
-    let policy = advise(&storm, "storm-policy.json");
+    let policy = advise(&storm, "storm-policy.json", &[]);
     let (after, _) = demo("storm", &dir.join("storm-advised"), Some(&policy));
     assert!(
         after <= 1.5,
@@ -497,9 +498,19 @@ fn the_demo_obeys_the_advised_policy() {
         "measured {after}x, predicted {predicted}x"
     );
 
+    // The healthy chain answers in a few milliseconds: 1.5x the P99.9 of one minute is a
+    // timeout the scheduling delays of a busy machine (the suite's own, running beside it)
+    // exceed in the next. The advice is sized with room for that (x3), as the docs tell
+    // anyone whose fast calls share a crowded host.
     let healthy = dir.join("healthy");
     let (_, effective) = demo("healthy", &healthy, None);
-    let policy = advise(&healthy, "healthy-policy.json");
+    let roomy = dir.join("roomy.yaml");
+    std::fs::write(&roomy, "advice:\n  timeout_factor: 3\n").unwrap();
+    let policy = advise(
+        &healthy,
+        "healthy-policy.json",
+        &["--config", roomy.to_str().unwrap()],
+    );
     let (_, advised) = demo("healthy", &dir.join("healthy-advised"), Some(&policy));
     assert!(
         (advised - effective).abs() < 0.5,
