@@ -17,6 +17,10 @@
 --                         as well) of a non-idempotent operation without an idempotency key,
 --                         or any retry whose idempotency key is not its first attempt's
 --                         (attempts.unstable_key);
+--   overlapping_retry     a retry (not a hedge) of a non-idempotent operation without a
+--                         stable idempotency key (none, or not the first attempt's) that
+--                         reached the callee while it still worked on the attempt before
+--                         (attempts.overlapping): the write may run twice at once;
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
@@ -200,6 +204,14 @@ SELECT 'unsafe_retry', a.trace_id, a.caller, a.callee, a.operation,
 FROM attempts a
 -- (retries, a few percent of the attempts, last: see entries)
 WHERE (a.non_idempotent AND NOT a.has_idempotency_key AND a.attempt >= 1) OR a.unstable_key
+UNION ALL
+SELECT 'overlapping_retry', a.trace_id, a.caller, a.callee, a.operation,
+  concat('retry #', CAST(a.attempt AS VARCHAR),
+    ' of a write without a stable idempotency key reached the callee while it still ran the attempt before'),
+  a.weight, a.edge
+FROM attempts a
+WHERE a.overlapping AND a.attempt >= 1 AND NOT a.hedged AND a.non_idempotent
+  AND (NOT a.has_idempotency_key OR a.unstable_key)
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),

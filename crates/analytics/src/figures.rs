@@ -168,6 +168,12 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Retries sent while an earlier attempt of their call still ran, read as sent after a per-try timeout (a proxy's or mesh's retry; the others overlapping are hedges).",
     },
     EdgeCount {
+        column: "overlapping_retries",
+        counter: "overlapping_retries",
+        unit: Unit::Count,
+        help: "Retries (hedges aside) that reached the callee while its SERVER span for the attempt before had not ended: the callee still worked on the call when it came again.",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

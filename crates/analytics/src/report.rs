@@ -153,6 +153,10 @@ pub struct EdgeFigures {
     /// overlapping re-sends were read.
     #[serde(default)]
     pub per_try_timeout_retries: u64,
+    /// Retries (hedges aside) that reached the callee while it still worked on the attempt
+    /// before: its SERVER span had not ended (the window where duplicates are made).
+    #[serde(default)]
+    pub overlapping_retries: u64,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,
@@ -249,6 +253,7 @@ pub struct Orphan {
 /// holds the two together): what `analyze --fail-on` accepts by name.
 pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("unsafe_retry", "critical"),
+    ("overlapping_retry", "critical"),
     ("deadline_inversion", "warning"),
     ("overcommit", "warning"),
     ("timeout_retry_on_write", "warning"),

@@ -554,9 +554,9 @@ async fn deadline_budgets() {
     );
 }
 
-/// A POST retried without a key is unsafe; timed-out writes retried are counted with or
-/// without key; a 2 ms backoff is immediate; the committed orphan is found; half the
-/// attempts timed out.
+/// A POST retried without a key is unsafe, and overlapping where its first attempt still
+/// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
+/// backoff is immediate; the committed orphan is found; half the attempts timed out.
 #[tokio::test]
 async fn unsafe_write_retries() {
     let mut s = Spans::default();
@@ -565,6 +565,8 @@ async fn unsafe_write_retries() {
     let e = edge(&r, "cart", "orders");
     assert_eq!((e.logical_calls, e.attempts, e.retry_attempts), (2, 4, 2));
     assert_eq!(e.unsafe_retries, 1);
+    assert_eq!(e.overlapping_retries, 1);
+    assert_eq!(findings(&r, "overlapping_retry"), 1);
     assert_eq!(e.timeout_retries_on_writes, 2);
     assert_eq!(e.immediate_retries, 1);
     assert_eq!(e.retry_success_rate, Some(1.0));

@@ -224,6 +224,8 @@ pub(super) struct Links<'a> {
     pub(super) hint_server: &'a [Option<usize>],
     /// The span standing for the caller's side of each attempt (see [`Shape::sender`]).
     pub(super) sender: &'a [usize],
+    /// Per row: an attempt whose SERVER span started while the previous attempt's ran.
+    pub(super) overlapping: &'a [bool],
 }
 
 /// The lineage's per-span values, read into `lineage`'s columns for any set of rows: every
@@ -496,6 +498,12 @@ pub(super) fn build(
             Some(instance_of(r)? != instance_of(before)?)
         },
     ))));
+    columns.push(Arc::new(BooleanArray::from(
+        attempts
+            .iter()
+            .map(|&r| links.overlapping[r])
+            .collect::<Vec<bool>>(),
+    )));
     let attempts = match RecordBatch::try_new(ATTEMPT_LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,
         Err(e) => unreachable!("attempt columns follow ATTEMPT_LINEAGE_SCHEMA: {e}"),

@@ -42,6 +42,7 @@
 //! | `overlapped` | a SERVER attempt started before an earlier attempt of its call had ended, by more than `retries.overlap_tolerance_ms`: hedged, or (not hedged) a retry after a per-try timeout |
 //! | `inferred` | joined to its call as an application loop's retry (see below) |
 //! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
+//! | `overlapping` | the attempt's SERVER span started before the previous attempt's SERVER span ended, by more than `retries.overlap_tolerance_ms`: the callee was still working on the call when it came again |
 //!
 //! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation`,
 //! `deadline_ms` and `anchor_*` (the call its caller made, and the budget that call had to
@@ -354,6 +355,23 @@ pub fn lineage_in_window(
         to_parent: &to_parent,
     };
     let calls = logical_calls(spans, &groups, &shape, rules);
+    // A retry that reached its callee while the attempt before was still running there: its
+    // SERVER span started before the previous attempt's ended, by more than the overlap
+    // tolerance (both the callee's spans, so one clock).
+    let tolerance_ns = (rules.overlap_tolerance_ms.max(0.0) * 1e6) as i64;
+    let end = column(col::END_NS).as_primitive::<Int64Type>();
+    let overlapping: Vec<bool> = (0..rows)
+        .map(|r| {
+            let (Some(p), Some(s)) = (calls[r].previous, server_child[r]) else {
+                return false;
+            };
+            server_child[p].is_some_and(|sp| {
+                sp != s
+                    && service.value(s) == service.value(sp)
+                    && start.value(s) < end.value(sp) - tolerance_ns
+            })
+        })
+        .collect();
     timed("lineage: calls", started);
 
     // A call span is not an attempt: the attempts under it work for the call's own upstream
@@ -423,6 +441,7 @@ pub fn lineage_in_window(
         caller_of: &caller_of,
         hint_server: &hint_server,
         sender: &sender,
+        overlapping: &overlapping,
     };
     let started = std::time::Instant::now();
     let (batch, attempts, edges) = build(
