@@ -48,6 +48,7 @@
 --                           read as sent after a per-try timeout (not hedges): a sum
 --   overlapping_retries     retries (not hedges) that reached the callee while it still worked
 --                           on the attempt before (its SERVER span had not ended): a sum
+--   overlapping_write_retries  those of writes without a stable idempotency key: a sum
 --   retries_to_other_instance  retries that reached another instance than the attempt
 --                           before / retries where both instances are known
 --   callee_median_ms, out_of_budget_retries: retries that started with less of the caller's
@@ -67,7 +68,8 @@
 --   non_retryable_retries, retries_after_deadline, callee_median_ms, out_of_budget_retries,
 --   unstable_key_retries, idempotency_hits,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
---   per_try_timeout_retries, overlapping_retries, retries_to_other_instance
+--   per_try_timeout_retries, overlapping_retries, overlapping_write_retries,
+--   retries_to_other_instance
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
@@ -94,6 +96,7 @@ WITH e AS (
     SUM(hedged_attempts) AS hedged_attempts,
     SUM(per_try_timeout_retries) AS per_try_timeout_retries,
     SUM(overlapping_retries) AS overlapping_retries,
+    SUM(overlapping_write_retries) AS overlapping_write_retries,
     SUM(instance_retries) AS instance_retries,
     SUM(other_instance_retries) AS other_instance_retries
   FROM p_edges
@@ -180,6 +183,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.hedged_attempts) AS BIGINT) AS hedged_attempts,
   CAST(ROUND(e.per_try_timeout_retries) AS BIGINT) AS per_try_timeout_retries,
   CAST(ROUND(e.overlapping_retries) AS BIGINT) AS overlapping_retries,
+  CAST(ROUND(e.overlapping_write_retries) AS BIGINT) AS overlapping_write_retries,
   CAST(e.other_instance_retries AS DOUBLE) / NULLIF(e.instance_retries, 0)
     AS retries_to_other_instance
 FROM params p

@@ -37,7 +37,9 @@
 -- in the retry counts), per_try_timeout_retries (retries started before an earlier attempt
 -- ended, read as sent after a per-try timeout: the overlapping attempts not hedged),
 -- overlapping_retries (retries, hedges aside, whose SERVER span started before the previous
--- attempt's SERVER span ended: the callee still worked on the call when it came again);
+-- attempt's SERVER span ended: the callee still worked on the call when it came again),
+-- overlapping_write_retries (those of non-idempotent calls without a stable idempotency
+-- key: the overlapping_retry findings);
 -- instance_retries and other_instance_retries: retries whose
 -- instance and the previous attempt's are known, and those that landed elsewhere.
 --
@@ -60,6 +62,7 @@
 --   max_outer_attempt, budgeted_attempts, deadline_ms_total, numbered_attempts,
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, per_try_timeout_retries, overlapping_retries,
+--   overlapping_write_retries,
 --   instance_retries,
 --   other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, non_retryable_retries,
@@ -122,6 +125,9 @@ at AS (
       AS per_try_timeout_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged AND a.overlapping), 0.0)
       AS overlapping_retries,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged AND a.overlapping
+      AND a.non_idempotent AND (NOT a.has_idempotency_key OR a.unstable_key)), 0.0)
+      AS overlapping_write_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance IS NOT NULL AND NOT a.hedged), 0.0)
       AS instance_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance AND NOT a.hedged), 0.0)
@@ -165,7 +171,8 @@ SELECT n.caller, n.callee, n.operation,
   at.max_attempt, at.max_outer_attempt, at.budgeted_attempts, at.deadline_ms_total,
   at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
-  at.per_try_timeout_retries, at.overlapping_retries, at.instance_retries, at.other_instance_retries,
+  at.per_try_timeout_retries, at.overlapping_retries, at.overlapping_write_retries,
+  at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   at.non_retryable_retries, at.retries_after_deadline, at.unstable_key_retries,
   at.idempotency_hits, at.key_writes, at.keyed_writes,

@@ -174,6 +174,12 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Retries (hedges aside) that reached the callee while its SERVER span for the attempt before had not ended: the callee still worked on the call when it came again.",
     },
     EdgeCount {
+        column: "overlapping_write_retries",
+        counter: "overlapping_write_retries",
+        unit: Unit::Count,
+        help: "Overlapping retries of non-idempotent calls without a stable idempotency key: the write may run twice at once.",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

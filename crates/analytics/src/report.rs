@@ -157,6 +157,9 @@ pub struct EdgeFigures {
     /// before: its SERVER span had not ended (the window where duplicates are made).
     #[serde(default)]
     pub overlapping_retries: u64,
+    /// Those of writes without a stable idempotency key: `overlapping_retry` findings.
+    #[serde(default)]
+    pub overlapping_write_retries: u64,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,

@@ -565,8 +565,9 @@ async fn unsafe_write_retries() {
     let e = edge(&r, "cart", "orders");
     assert_eq!((e.logical_calls, e.attempts, e.retry_attempts), (2, 4, 2));
     assert_eq!(e.unsafe_retries, 1);
-    assert_eq!(e.overlapping_retries, 1);
+    assert_eq!((e.overlapping_retries, e.overlapping_write_retries), (1, 1));
     assert_eq!(findings(&r, "overlapping_retry"), 1);
+    assert_eq!(alerts(&r, "StormglassOverlappingWriteRetries"), 1);
     assert_eq!(e.timeout_retries_on_writes, 2);
     assert_eq!(e.immediate_retries, 1);
     assert_eq!(e.retry_success_rate, Some(1.0));

@@ -349,20 +349,22 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "{caller} retried the non-idempotent {operation} on {callee} without an \
             idempotency key {value} times: each may have applied the write twice.",
         threshold: |_| 0.0,
-        expr: |t| {
-            guarded(
-                format!("sum by ({EDGE}) (increase(stormglass_unsafe_retries_total[5m])) > 0"),
-                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-                t,
-            )
-        },
-        condition: |r, t| {
-            r.edges
-                .iter()
-                .filter(|e| e.unsafe_retries > 0 && busy(r, e.attempts as f64, t))
-                .map(|e| (edge_labels(e), e.unsafe_retries as f64))
-                .collect()
-        },
+        expr: |t| any_on_busy_edges("stormglass_unsafe_retries_total", t),
+        condition: |r, t| counted_on_busy_edges(r, t, |e| e.unsafe_retries),
+    },
+    AlertDefinition {
+        name: "StormglassOverlappingWriteRetries",
+        severity: "critical",
+        // 1m, as for unsafe retries: a count in a 5-minute range holds only 5 minutes.
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee} {operation}: {value} retries reached a callee still \
+            running the write",
+        description: "{caller} retried the non-idempotent {operation} on {callee} without a \
+            stable idempotency key while {callee} still ran the attempt before, {value} \
+            times: the write may run twice at once.",
+        threshold: |_| 0.0,
+        expr: |t| any_on_busy_edges("stormglass_overlapping_write_retries_total", t),
+        condition: |r, t| counted_on_busy_edges(r, t, |e| e.overlapping_write_retries),
     },
     AlertDefinition {
         name: "StormglassNonRetryableRetries",
@@ -458,3 +460,27 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         },
     },
 ];
+
+/// The rule of a count alert on an edge: any increase of `counter` in 5 minutes, on an edge
+/// with the minimum traffic of attempts.
+fn any_on_busy_edges(counter: &str, t: &AlertThresholds) -> String {
+    guarded(
+        format!("sum by ({EDGE}) (increase({counter}[5m])) > 0"),
+        &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+        t,
+    )
+}
+
+/// The same condition over a report: the edges where `count` is above 0 and the attempts
+/// reach the minimum traffic.
+fn counted_on_busy_edges(
+    r: &Report,
+    t: &AlertThresholds,
+    count: fn(&crate::report::EdgeFigures) -> u64,
+) -> Vec<Breach> {
+    r.edges
+        .iter()
+        .filter(|e| count(e) > 0 && busy(r, e.attempts as f64, t))
+        .map(|e| (edge_labels(e), count(e) as f64))
+        .collect()
+}
