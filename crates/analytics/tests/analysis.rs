@@ -568,6 +568,8 @@ async fn unsafe_write_retries() {
     assert_eq!((e.overlapping_retries, e.overlapping_write_retries), (1, 1));
     assert_eq!(findings(&r, "overlapping_retry"), 1);
     assert_eq!(alerts(&r, "StormglassOverlappingWriteRetries"), 1);
+    // Half of what orders receives times out.
+    assert_eq!(alerts(&r, "StormglassTimeoutRateHigh"), 1);
     assert_eq!(e.timeout_retries_on_writes, 2);
     assert_eq!(e.immediate_retries, 1);
     assert_eq!(e.retry_success_rate, Some(1.0));

@@ -236,6 +236,35 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         },
     },
     AlertDefinition {
+        name: "StormglassTimeoutRateHigh",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{service}: {percent} of its attempts time out",
+        description: "{percent} of the attempts {service} receives end in a deadline \
+            (threshold {threshold}): callers give up on it, and every timeout they retry is \
+            load it serves again.",
+        threshold: |t| t.timeout_rate,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:layer_timeout_rate:ratio_rate5m > {}",
+                    t.timeout_rate
+                ),
+                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| l.timeout_rate,
+                |l| l.requests as f64,
+                |v| v > t.timeout_rate,
+            )
+        },
+    },
+    AlertDefinition {
         name: "StormglassLatencyDrift",
         severity: "warning",
         hold: Duration::from_secs(30 * 60),

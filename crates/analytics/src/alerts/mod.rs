@@ -58,6 +58,9 @@ pub struct AlertThresholds {
     pub out_of_budget_retry_share: f64,
     pub retries_per_minute: f64,
     pub tail_ratio: f64,
+    /// `StormglassTimeoutRateHigh`: the share of the attempts a layer receives that end in
+    /// `deadline`.
+    pub timeout_rate: f64,
     pub orphan_work_seconds_per_minute: f64,
     /// Minimum traffic of a ratio alert: its denominator (the events the ratio is a share
     /// of) per minute. Below it, a ratio of a handful of events is noise and never fires.
@@ -180,6 +183,7 @@ impl Default for AlertThresholds {
             out_of_budget_retry_share: 0.1,
             retries_per_minute: 50.0,
             tail_ratio: 2.0,
+            timeout_rate: 0.05,
             orphan_work_seconds_per_minute: 1.0,
             min_events_per_minute: 10.0,
             max_instances_per_rule: 50,
