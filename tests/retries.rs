@@ -467,32 +467,41 @@ fn grpc_js_hedging_losers_are_abandoned() {
     check(&serde_json::from_str(&stdout).unwrap(), 2 * third);
 }
 
-/// Calls of tests/python/grpc_throttling.py: every third one fails on every attempt.
+/// Calls of tests/python/grpc_throttling.py per channel: every third one fails on every
+/// attempt.
 const THROTTLED_CALLS: u64 = 30;
 
 /// grpcio's retryThrottling (maxTokens 10, tokenRatio 0.5, maxAttempts 3) against a server
-/// failing every third call, through OTLP into `serve`; `stormglass replay` with the same
-/// policy over the archived spans predicts the retries grpcio made (the server counted
-/// them) within one token's worth.
+/// failing every third call, through OTLP into `serve`. `stormglass replay` of the same calls
+/// made without throttling (the `Free` channel: every failing call retried twice), under a
+/// policy with grpcio's throttling, predicts the retries grpcio made on the throttled
+/// channel (`Get`; the server counted them) within one token's worth.
 #[test]
 fn replay_predicts_grpcio_throttling() {
     let (server, dir, out) = serve_and_run("grpc_throttling", THROTTLED_CALLS);
     let truth: Value = serde_json::from_slice(&out).unwrap();
-    let made = truth["received"].as_u64().unwrap() - THROTTLED_CALLS;
-    assert!(made > 0, "grpcio retried nothing: {truth}");
-    let live = report_with(
-        &server,
-        &[("stock-throttled", "demo.Stock/Get")],
-        THROTTLED_CALLS + made,
+    let made = truth["Get"].as_u64().unwrap() - THROTTLED_CALLS;
+    let free = truth["Free"].as_u64().unwrap() - THROTTLED_CALLS;
+    assert!(
+        0 < made && made < free,
+        "throttling held retries back: {truth}"
     );
-    let e = edge(&live, "stock-throttled", "demo.Stock/Get").unwrap();
-    assert_eq!(e["retry_attempts"], made, "{e:#}");
+    for (operation, retries) in [("demo.Stock/Get", made), ("demo.Stock/Free", free)] {
+        let live = report_with(
+            &server,
+            &[("stock-throttled", operation)],
+            THROTTLED_CALLS + retries,
+        );
+        let e = edge(&live, "stock-throttled", operation).unwrap();
+        assert_eq!(e["retry_attempts"], retries, "{e:#}");
+    }
     let (ok, _) = server.terminate();
     assert!(ok);
     let policy = dir.join("policy.json");
     std::fs::write(
         &policy,
-        r#"{"edges": [{"caller": "shop", "callee": "stock-throttled", "max_attempts": 3,
+        r#"{"edges": [{"caller": "shop", "callee": "stock-throttled",
+            "operation": "demo.Stock/Free", "max_attempts": 3,
             "retry_throttling": {"max_tokens": 10, "token_ratio": 0.5}}]}"#,
     )
     .unwrap();
@@ -510,11 +519,12 @@ fn replay_predicts_grpcio_throttling() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["callee"] == "stock-throttled")
+        .find(|e| e["operation"] == "demo.Stock/Free")
         .unwrap_or_else(|| panic!("{replayed:#}"));
+    assert_eq!(e["retries"], free as f64, "{e:#}");
     let predicted = e["retries_replayed"].as_f64().unwrap();
     assert!(
         (predicted - made as f64).abs() <= 1.0,
-        "grpcio made {made} retries, replay predicts {predicted}: {e:#}"
+        "grpcio made {made} retries throttled, replay predicts {predicted}: {e:#}"
     );
 }
