@@ -25,11 +25,9 @@
 //!   capped by the budget, a layer receives at most 1 + the largest budget ratio of the
 //!   retrying edges into it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
-
-use std::collections::HashSet;
 
 use crate::engine::Params;
 use crate::report::{EdgeFigures, Listing, Report};
@@ -157,6 +155,10 @@ impl Advice {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct Policy {
     pub edges: Vec<PolicyEdge>,
+    /// Each (caller, callee, operation)'s first entry in `edges`: one lookup per call
+    /// replayed, not a scan of the policy.
+    #[serde(skip)]
+    index: HashMap<(String, String, String), usize>,
 }
 
 /// One edge of a [`Policy`].
@@ -198,9 +200,13 @@ fn any_operation() -> String {
 impl Policy {
     /// Read a policy file (JSON), saying what is wrong and where.
     pub fn parse(text: &str) -> Result<Policy, String> {
-        let policy: Policy = serde_json::from_str(text).map_err(|e| {
+        let mut policy: Policy = serde_json::from_str(text).map_err(|e| {
             format!("not a policy (the JSON of `stormglass advise --format json`): {e}")
         })?;
+        for (i, e) in policy.edges.iter().enumerate() {
+            let key = (e.caller.clone(), e.callee.clone(), e.operation.clone());
+            policy.index.entry(key).or_insert(i);
+        }
         if let Some(e) = policy.edges.iter().find(|e| e.max_attempts == 0) {
             return Err(format!(
                 "{} -> {} {}: max_attempts must be at least 1",
@@ -213,9 +219,8 @@ impl Policy {
     /// The policy of an edge: its operation's entry, else the caller and callee's `*`.
     pub fn edge(&self, caller: &str, callee: &str, operation: &str) -> Option<&PolicyEdge> {
         let of = |op: &str| {
-            self.edges
-                .iter()
-                .find(|e| e.caller == caller && e.callee == callee && e.operation == op)
+            let key = (caller.to_owned(), callee.to_owned(), op.to_owned());
+            self.index.get(&key).map(|&i| &self.edges[i])
         };
         of(operation).or_else(|| of("*"))
     }
@@ -469,23 +474,22 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
     advice.edges.sort_by(|a, b| {
         (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
     });
-    advice.layers = report
+    // Per callee, the largest budget ratio of the edges into it that retry.
+    let mut bound: HashMap<&str, f64> = HashMap::new();
+    for e in advice.edges.iter().filter(|e| e.max_attempts > 1) {
+        let b = bound.entry(e.callee.as_str()).or_default();
+        *b = b.max(e.retry_budget_ratio);
+    }
+    let layers = report
         .layers
         .iter()
-        .map(|l| {
-            let bound = advice
-                .edges
-                .iter()
-                .filter(|e| e.callee == l.service && e.max_attempts > 1)
-                .map(|e| e.retry_budget_ratio)
-                .fold(0.0, f64::max);
-            LayerAdvice {
-                service: l.service.clone(),
-                amplification: l.amplification,
-                amplification_advised: 1.0 + bound,
-            }
+        .map(|l| LayerAdvice {
+            service: l.service.clone(),
+            amplification: l.amplification,
+            amplification_advised: 1.0 + bound.get(l.service.as_str()).copied().unwrap_or(0.0),
         })
         .collect();
+    advice.layers = layers;
     advice
 }
 

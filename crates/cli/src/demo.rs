@@ -2,6 +2,8 @@
 //! replaying one scenario, with a live summary every few seconds. `/metrics`,
 //! `/api/v1/report` and `/api/v1/alerts` serve the figures while it runs.
 
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -28,29 +30,32 @@ pub fn plan(scenario: Scenario, policy: Option<&std::path::Path>) -> anyhow::Res
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     // The chain's clients call per (caller, callee): of several operations, the fewest
     // attempts and the shortest timeout.
-    let mut settings: Vec<EdgeSetting> = Vec::new();
+    let mut settings: BTreeMap<(&str, &str), EdgeSetting> = BTreeMap::new();
     for e in &policy.edges {
-        match settings
-            .iter_mut()
-            .find(|s| s.caller == e.caller && s.callee == e.callee)
-        {
-            Some(s) => {
+        match settings.entry((e.caller.as_str(), e.callee.as_str())) {
+            Entry::Occupied(mut s) => {
+                let s = s.get_mut();
                 s.max_attempts = s.max_attempts.min(e.max_attempts);
                 s.timeout_ms = match (s.timeout_ms, e.timeout_ms) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
             }
-            None => settings.push(EdgeSetting {
-                caller: e.caller.clone(),
-                callee: e.callee.clone(),
-                max_attempts: e.max_attempts,
-                timeout_ms: e.timeout_ms,
-                budget_ratio: e.retry_budget_ratio.filter(|_| e.max_attempts > 1),
-                budget_min_per_second: e.retry_budget_min_per_second.filter(|_| e.max_attempts > 1),
-            }),
+            Entry::Vacant(v) => {
+                v.insert(EdgeSetting {
+                    caller: e.caller.clone(),
+                    callee: e.callee.clone(),
+                    max_attempts: e.max_attempts,
+                    timeout_ms: e.timeout_ms,
+                    budget_ratio: e.retry_budget_ratio.filter(|_| e.max_attempts > 1),
+                    budget_min_per_second: e
+                        .retry_budget_min_per_second
+                        .filter(|_| e.max_attempts > 1),
+                });
+            }
         }
     }
+    let settings: Vec<EdgeSetting> = settings.into_values().collect();
     let (plan, unknown) = scenario.plan().with_settings(&settings);
     if !unknown.is_empty() {
         anyhow::bail!(
