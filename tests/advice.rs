@@ -69,12 +69,7 @@ fn two_retrying_layers(calls: u32) -> Spans {
 
 fn write(dir: &Path, spans: &Spans) -> String {
     let file = dir.join("spans.jsonl");
-    let lines: Vec<String> = spans
-        .requests_by_trace()
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap())
-        .collect();
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    common::write_jsonl(&file, spans, None);
     file.to_string_lossy().into_owned()
 }
 

@@ -7,7 +7,7 @@ use stormglass_testkit::fixtures;
 
 use std::path::{Path, PathBuf};
 
-use common::{Server, get, stormglass};
+use common::{Server, get, stormglass, write_jsonl};
 use fixtures::Spans;
 use prost::Message;
 use serde_json::Value;
@@ -20,19 +20,6 @@ fn dir(name: &str) -> PathBuf {
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// One OTLP/JSON request per line, as the Collector's file exporter writes.
-fn write_jsonl(path: &Path, spans: &Spans, garbage_line: Option<&str>) {
-    let mut lines: Vec<String> = spans
-        .requests_by_trace()
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap())
-        .collect();
-    if let Some(g) = garbage_line {
-        lines.insert(1, g.to_owned());
-    }
-    std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
 /// `analyze --format json` over `file`.

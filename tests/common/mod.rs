@@ -213,6 +213,24 @@ pub fn python(script: &str, args: &[&str]) -> Vec<u8> {
     output.stdout
 }
 
+/// One OTLP/JSON request per line, as the Collector's file exporter writes (a garbage line
+/// second where given).
+pub fn write_jsonl(
+    path: &std::path::Path,
+    spans: &stormglass_testkit::fixtures::Spans,
+    garbage_line: Option<&str>,
+) {
+    let mut lines: Vec<String> = spans
+        .requests_by_trace()
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
+    if let Some(g) = garbage_line {
+        lines.insert(1, g.to_owned());
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
 /// GET a URL on loopback; returns (status, body).
 pub fn get(url: &str) -> (u16, String) {
     let response = reqwest::blocking::get(url).unwrap();

@@ -143,7 +143,6 @@ fn throttled(
         };
         let bucket = tokens.entry(key).or_insert(t.max_tokens);
         let mut sent = 0u32;
-        let mut succeeded_late = false;
         let mut ok = false;
         while sent < p.max_attempts.max(1) {
             if sent > 0 && *bucket <= t.max_tokens / 2.0 {
@@ -162,17 +161,16 @@ fn throttled(
             }
             *bucket -= 1.0;
         }
-        let observed_ok = observed
-            .last()
-            .is_some_and(|a| a.outcome.as_deref() == Some("ok"));
-        if observed_ok && !ok {
-            succeeded_late = true;
-        }
+        // A success the bucket held back: the call succeeded, on a retry not sent now.
+        let lost = !ok
+            && observed
+                .last()
+                .is_some_and(|a| a.outcome.as_deref() == Some("ok"));
         let entry = out
             .entry((key.0.to_owned(), key.1.to_owned(), key.2.to_owned()))
             .or_default();
         entry.0 += f64::from(sent);
-        entry.1 += f64::from(u8::from(succeeded_late));
+        entry.1 += f64::from(u8::from(lost));
     }
     out
 }

@@ -25,9 +25,7 @@ impl Edge {
     /// The longest the edge can take: every attempt timing out, with the backoffs between
     /// them (the first before the first retry, doubling after).
     pub fn worst_ms(&self) -> f64 {
-        let retries = self.attempts.saturating_sub(1);
-        f64::from(self.attempts) * self.timeout_ms
-            + self.backoff_ms * (2f64.powi(retries as i32) - 1.0)
+        stormglass_analytics::advice::worst_ms(self.attempts, self.timeout_ms, self.backoff_ms)
     }
 
     fn name(&self) -> String {

@@ -24,10 +24,7 @@ pub fn plan(scenario: Scenario, policy: Option<&std::path::Path>) -> anyhow::Res
     let Some(path) = policy else {
         return Ok(scenario.plan());
     };
-    let text =
-        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let policy = stormglass_analytics::advice::Policy::parse(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let policy = crate::offline::read_policy(path)?;
     // The chain's clients call per (caller, callee): of several operations, the fewest
     // attempts and the shortest timeout.
     let mut settings: BTreeMap<(&str, &str), EdgeSetting> = BTreeMap::new();

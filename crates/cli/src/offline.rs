@@ -141,7 +141,7 @@ pub async fn replay(
 }
 
 /// A policy file (`--policy`): the JSON of `stormglass advise --format json`.
-fn read_policy(path: &Path) -> anyhow::Result<stormglass_analytics::advice::Policy> {
+pub fn read_policy(path: &Path) -> anyhow::Result<stormglass_analytics::advice::Policy> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     stormglass_analytics::advice::Policy::parse(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
@@ -154,10 +154,7 @@ pub async fn advise(
     format: AdviceFormat,
 ) -> anyhow::Result<()> {
     let report = report(config, paths).await?;
-    let params = stormglass_analytics::advice::AdviceParams {
-        timeout_factor: config.advice.timeout_factor,
-        min_backoff_ms: config.advice.min_backoff_ms,
-    };
+    let params = stormglass_analytics::advice::AdviceParams::from(&config.params());
     let advice = stormglass_analytics::advice::advise(&report, &params);
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).map(|t| t + "\n");
     let text = match format {
