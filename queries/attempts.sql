@@ -56,7 +56,8 @@
 --   call_deadline_ms, call_anchor_deadline_ms, call_anchor_start_ns, weight, numbered,
 --   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
 --   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
---   logical_final_outcome, hidden, hedged, overlapped, inferred, other_instance, overlapping
+--   logical_final_outcome, hidden, hedged, overlapped, inferred, other_instance, overlapping,
+--   rerun_write
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
@@ -79,7 +80,10 @@
 -- (service.instance.id, else host.name) than the attempt before's (null when either is
 -- unknown or on first attempts). overlapping: the attempt's SERVER span started before the
 -- previous attempt's SERVER span ended (beyond retries.overlap_tolerance_ms): the callee
--- still worked on the call when it came again.
+-- still worked on the call when it came again. rerun_write: the first attempt of a write
+-- call made for a retry of an upstream call, repeating (same edge) a write made for an
+-- earlier attempt of that call without the earlier write's idempotency key (see
+-- lineage/reruns.rs): the write runs again although the retry above may be safe.
 -- call_*: for gRPC's shape, the call span's own budget and the anchor the whole call had to
 -- fit in (null otherwise).
 -- idempotency_key_hash: the keyed hash of the attempt's idempotency key, else its call
@@ -113,7 +117,7 @@ WITH tries AS (
     s.row_id, s.root_row, s.upstream_attempt_row, s.edge, s.upstream_edge,
     s.logical_attempts, s.logical_max_attempt, s.logical_start_ns, s.logical_end_ns,
     s.logical_final_outcome, s.hidden, s.hedged, s.overlapped, s.inferred, s.other_instance,
-    s.overlapping
+    s.overlapping, s.rerun_write
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -143,5 +147,5 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row, o.edge,
   o.upstream_edge, o.logical_attempts, o.logical_max_attempt, o.logical_start_ns,
   o.logical_end_ns, o.logical_final_outcome, o.hidden, o.hedged, o.overlapped, o.inferred,
-  o.other_instance, o.overlapping
+  o.other_instance, o.overlapping, o.rerun_write
 FROM tries o

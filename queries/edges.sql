@@ -49,6 +49,8 @@
 --   overlapping_retries     retries (not hedges) that reached the callee while it still worked
 --                           on the attempt before (its SERVER span had not ended): a sum
 --   overlapping_write_retries  those of writes without a stable idempotency key: a sum
+--   rerun_writes            write calls made for a retry of an upstream call that repeat a
+--                           write made for an earlier attempt of it without its key: a sum
 --   retries_to_other_instance  retries that reached another instance than the attempt
 --                           before / retries where both instances are known
 --   callee_median_ms, out_of_budget_retries: retries that started with less of the caller's
@@ -68,7 +70,7 @@
 --   non_retryable_retries, retries_after_deadline, callee_median_ms, out_of_budget_retries,
 --   unstable_key_retries, idempotency_hits,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
---   per_try_timeout_retries, overlapping_retries, overlapping_write_retries,
+--   per_try_timeout_retries, overlapping_retries, overlapping_write_retries, rerun_writes,
 --   retries_to_other_instance
 WITH e AS (
   SELECT caller, callee, operation,
@@ -97,6 +99,7 @@ WITH e AS (
     SUM(per_try_timeout_retries) AS per_try_timeout_retries,
     SUM(overlapping_retries) AS overlapping_retries,
     SUM(overlapping_write_retries) AS overlapping_write_retries,
+    SUM(rerun_writes) AS rerun_writes,
     SUM(instance_retries) AS instance_retries,
     SUM(other_instance_retries) AS other_instance_retries
   FROM p_edges
@@ -184,6 +187,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.per_try_timeout_retries) AS BIGINT) AS per_try_timeout_retries,
   CAST(ROUND(e.overlapping_retries) AS BIGINT) AS overlapping_retries,
   CAST(ROUND(e.overlapping_write_retries) AS BIGINT) AS overlapping_write_retries,
+  CAST(ROUND(e.rerun_writes) AS BIGINT) AS rerun_writes,
   CAST(e.other_instance_retries AS DOUBLE) / NULLIF(e.instance_retries, 0)
     AS retries_to_other_instance
 FROM params p

@@ -64,6 +64,7 @@ WITH found AS (
 SELECT kind,
   CASE kind WHEN 'unsafe_retry' THEN 'critical'
             WHEN 'overlapping_retry' THEN 'critical'
+            WHEN 'rerun_write' THEN 'critical'
             WHEN 'deadline_inversion' THEN 'warning'
             WHEN 'overcommit' THEN 'warning'
             WHEN 'timeout_retry_on_write' THEN 'warning'

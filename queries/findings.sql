@@ -21,6 +21,10 @@
 --                         stable idempotency key (none, or not the first attempt's) that
 --                         reached the callee while it still worked on the attempt before
 --                         (attempts.overlapping): the write may run twice at once;
+--   rerun_write           a write call made for a retry of an upstream call that repeats
+--                         (same edge) a write made for an earlier attempt of that call
+--                         without the earlier write's idempotency key (attempts.rerun_write):
+--                         the retry above may be safe, the write below runs again;
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
@@ -212,6 +216,12 @@ SELECT 'overlapping_retry', a.trace_id, a.caller, a.callee, a.operation,
 FROM attempts a
 WHERE a.overlapping AND a.attempt >= 1 AND NOT a.hedged AND a.non_idempotent
   AND (NOT a.has_idempotency_key OR a.unstable_key)
+UNION ALL
+SELECT 'rerun_write', a.trace_id, a.caller, a.callee, a.operation,
+  'a write made again for a retry of an upstream call, without the first write''s idempotency key',
+  a.weight, a.edge
+FROM attempts a
+WHERE a.rerun_write
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),

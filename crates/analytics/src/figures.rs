@@ -180,6 +180,12 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Overlapping retries of non-idempotent calls without a stable idempotency key: the write may run twice at once.",
     },
     EdgeCount {
+        column: "rerun_writes",
+        counter: "rerun_writes",
+        unit: Unit::Count,
+        help: "Write calls made for a retry of an upstream call that repeat a write made for an earlier attempt of it, without that write's idempotency key: the write ran again below a retry.",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

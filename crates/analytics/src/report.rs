@@ -160,6 +160,10 @@ pub struct EdgeFigures {
     /// Those of writes without a stable idempotency key: `overlapping_retry` findings.
     #[serde(default)]
     pub overlapping_write_retries: u64,
+    /// Write calls made for a retry of an upstream call that repeat a write made for an
+    /// earlier attempt of it without its idempotency key: `rerun_write` findings.
+    #[serde(default)]
+    pub rerun_writes: u64,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,
@@ -257,6 +261,7 @@ pub struct Orphan {
 pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("unsafe_retry", "critical"),
     ("overlapping_retry", "critical"),
+    ("rerun_write", "critical"),
     ("deadline_inversion", "warning"),
     ("overcommit", "warning"),
     ("timeout_retry_on_write", "warning"),

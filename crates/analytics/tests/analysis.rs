@@ -554,6 +554,26 @@ async fn deadline_budgets() {
     );
 }
 
+/// A keyed (safe) retry whose callee writes again below it without the first write's key
+/// re-runs that write, at the edge of the write and two layers down; the same key, or none
+/// retried above, re-runs nothing.
+#[tokio::test]
+async fn writes_rerun_below_a_safe_retry() {
+    let mut s = Spans::default();
+    fixtures::rerun_writes(&mut s, 1);
+    let r = report(&s).await;
+    assert_eq!(edge(&r, "gateway", "orders").unsafe_retries, 0, "one key");
+    assert_eq!(edge(&r, "gateway", "orders").rerun_writes, 0);
+    assert_eq!(edge(&r, "orders", "payments").rerun_writes, 2);
+    assert_eq!(edge(&r, "orders", "inventory").rerun_writes, 0, "reads");
+    assert_eq!(edge(&r, "inventory", "db").rerun_writes, 1);
+    assert_eq!(findings(&r, "rerun_write"), 3);
+    assert_eq!(alerts(&r, "StormglassRerunWrites"), 2);
+    let rerun = r.findings.iter().find(|f| f.kind == "rerun_write");
+    assert_eq!(rerun.map(|f| f.severity.as_str()), Some("critical"));
+    assert!(rerun.is_some_and(|f| f.example_trace_id.is_some()));
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

@@ -281,3 +281,9 @@ async fn golden_idempotency_keys() {
 async fn golden_operations() {
     check("operations", fixtures::operations).await;
 }
+
+/// Golden tables of the writes re-run below a safe retry.
+#[tokio::test]
+async fn golden_rerun_writes() {
+    check("rerun_writes", fixtures::rerun_writes).await;
+}

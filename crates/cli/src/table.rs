@@ -83,6 +83,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                     "{} / {} / {}",
                     e.unsafe_retries, e.unstable_key_retries, e.idempotency_hits
                 ),
+                format!("{} / {}", e.rerun_writes, e.overlapping_write_retries),
                 format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
                 format!(
                     "{} / {} / {}",
@@ -113,6 +114,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "recommended",
             "cut off",
             "unsafe / unstable key / key hits",
+            "writes re-run / overlapping",
             "orphans / work",
             "hidden / inferred / hedged",
         ],

@@ -396,6 +396,21 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.overlapping_write_retries),
     },
     AlertDefinition {
+        name: "StormglassRerunWrites",
+        severity: "critical",
+        // 1m, as for unsafe retries: a count in a 5-minute range holds only 5 minutes.
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee} {operation}: {value} writes re-run under an upstream \
+            retry",
+        description: "{caller} made the non-idempotent {operation} on {callee} again, {value} \
+            times, while serving a retry of a call made to it, without the idempotency key of \
+            the write it made for the attempt before: the retry above may be safe, the write \
+            below ran twice.",
+        threshold: |_| 0.0,
+        expr: |t| any_on_busy_edges("stormglass_rerun_writes_total", t),
+        condition: |r, t| counted_on_busy_edges(r, t, |e| e.rerun_writes),
+    },
+    AlertDefinition {
         name: "StormglassNonRetryableRetries",
         severity: "warning",
         // 1m, as for inversions: a count in a 5-minute range holds only 5 minutes.

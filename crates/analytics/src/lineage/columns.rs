@@ -15,6 +15,7 @@ use stormglass_model::schema as col;
 
 use super::Node;
 use super::calls::{CallSlot, callee_hint};
+use super::reruns::rerun_writes;
 use super::rows::column;
 use super::schema::{
     ANALYSED_LINEAGE_SCHEMA, ATTEMPT_COLUMNS, ATTEMPT_LINEAGE_SCHEMA, CALL_COLUMNS, Detail,
@@ -503,6 +504,10 @@ pub(super) fn build(
             .iter()
             .map(|&r| links.overlapping[r])
             .collect::<Vec<bool>>(),
+    )));
+    let rerun = rerun_writes(spans, attempts, calls, call_parent, nodes, &edges.of_row);
+    columns.push(Arc::new(BooleanArray::from(
+        attempts.iter().map(|&r| rerun[r]).collect::<Vec<bool>>(),
     )));
     let attempts = match RecordBatch::try_new(ATTEMPT_LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,

@@ -43,6 +43,7 @@
 //! | `inferred` | joined to its call as an application loop's retry (see below) |
 //! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
 //! | `overlapping` | the attempt's SERVER span started before the previous attempt's SERVER span ended, by more than `retries.overlap_tolerance_ms`: the callee was still working on the call when it came again |
+//! | `rerun_write` | the first attempt of a write call made for a retry of an upstream call, repeating (same edge) a write made for an earlier attempt of that call without the earlier write's idempotency key (see [`reruns`]) |
 //!
 //! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation`,
 //! `deadline_ms` and `anchor_*` (the call its caller made, and the budget that call had to
@@ -91,13 +92,15 @@
 //!
 //! Along its seams: [`schema`] (table names and schemas), `rows` (span kinds, traces
 //! grouped by id, parent rows), `skew` (clock bounds and offsets), `calls` (logical calls),
-//! [`races`] (re-sent attempts read together: answered, abandoned, hedged), `columns` (edges
+//! [`races`] (re-sent attempts read together: answered, abandoned, hedged), [`reruns`] (writes
+//! re-run under an upstream retry), `columns` (edges
 //! and the output batches); this file walks the ancestors and wires them. Each names what
 //! it uses from the others, so a reader sees where a name comes from.
 
 mod calls;
 mod columns;
 mod races;
+mod reruns;
 mod rows;
 pub mod schema;
 mod skew;
@@ -142,6 +145,9 @@ struct Node {
     upstream_retry: bool,
     anchor: Option<(f64, i64)>,
     upstream_attempt: Option<usize>,
+    /// The nearest ancestor (not the span itself) that is an attempt of a call with more
+    /// than one: the retried call whose attempts the span's work repeats (see [`reruns`]).
+    retried_attempt: Option<usize>,
     root: usize,
     /// -1 until the walk reaches the span.
     depth: i32,
@@ -155,6 +161,7 @@ impl Node {
         upstream_retry: false,
         anchor: None,
         upstream_attempt: None,
+        retried_attempt: None,
         root: usize::MAX,
         depth: -1,
     };
@@ -394,6 +401,14 @@ pub fn lineage_in_window(
             Some(p)
         } else {
             above.upstream_attempt
+        },
+        retried_attempt: if is_attempt[p]
+            && calls[p].id.is_some()
+            && !(calls[p].first && calls[p].last)
+        {
+            Some(p)
+        } else {
+            above.retried_attempt
         },
         root: above.root,
         depth: above.depth + 1,

@@ -181,6 +181,7 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("inferred", DataType::Boolean, false),
         Field::new("other_instance", DataType::Boolean, true),
         Field::new("overlapping", DataType::Boolean, false),
+        Field::new("rerun_write", DataType::Boolean, false),
     ]);
     Arc::new(Schema::new(fields))
 });

@@ -36,6 +36,16 @@ pub fn dashboards() -> Vec<Dashboard> {
                     .red_from(1.0)
                     .query("sum by (caller, callee, operation) (increase(stormglass_unsafe_retries_total{$series,$edge}[$__rate_interval]))", "{{caller}} → {{callee}} {{operation}}"),
                 timeseries(
+                    "Writes run twice (5m)",
+                    "Writes that may have applied twice although no retry of them was unsafe: re-run below an upstream retry without the first write's key (StormglassRerunWrites), and retried while the callee still ran the attempt before (StormglassOverlappingWriteRetries). Must be 0.",
+                )
+                    .size(8, 8)
+                    .unit("short")
+                    .from_zero()
+                    .red_from(1.0)
+                    .query("sum by (caller, callee, operation) (increase(stormglass_rerun_writes_total{$series,$edge}[$__rate_interval]))", "re-run: {{caller}} → {{callee}} {{operation}}")
+                    .query("sum by (caller, callee, operation) (increase(stormglass_overlapping_write_retries_total{$series,$edge}[$__rate_interval]))", "overlapping: {{caller}} → {{callee}} {{operation}}"),
+                timeseries(
                     "Timeout retries on writes (5m)",
                     "Retries after a deadline on non-idempotent operations: double-write risk even with a key.",
                 )
