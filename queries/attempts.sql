@@ -57,7 +57,7 @@
 --   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
 --   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
 --   logical_final_outcome, hidden, hedged, overlapped, inferred, other_instance, overlapping,
---   rerun_write
+--   rerun_write, duplicate
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
@@ -90,7 +90,9 @@
 -- span's (the key's value is kept nowhere). unstable_key: a retry (attempt >= 1, a hedge
 -- included) whose key differs from its logical call's first attempt's, one of them
 -- carrying none included: the callee cannot tell it repeats the first, so it is also an
--- unsafe retry. server_idempotency_hit: the callee's SERVER span says it answered from its
+-- unsafe retry. duplicate: the attempt was answered as a repeat of a request already done
+-- (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming a duplicate), by its own span or its
+-- callee's SERVER span. server_idempotency_hit: the callee's SERVER span says it answered from its
 -- idempotency store.
 WITH tries AS (
   SELECT s.trace_id, s.span_id, s.parent_span_id,
@@ -117,7 +119,8 @@ WITH tries AS (
     s.row_id, s.root_row, s.upstream_attempt_row, s.edge, s.upstream_edge,
     s.logical_attempts, s.logical_max_attempt, s.logical_start_ns, s.logical_end_ns,
     s.logical_final_outcome, s.hidden, s.hedged, s.overlapped, s.inferred, s.other_instance,
-    s.overlapping, s.rerun_write
+    s.overlapping, s.rerun_write,
+    COALESCE(s.duplicate, false) OR COALESCE(s.server_duplicate, false) AS duplicate
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -147,5 +150,5 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.numbered, o.has_cause, o.row_id, o.root_row, o.upstream_attempt_row, o.edge,
   o.upstream_edge, o.logical_attempts, o.logical_max_attempt, o.logical_start_ns,
   o.logical_end_ns, o.logical_final_outcome, o.hidden, o.hedged, o.overlapped, o.inferred,
-  o.other_instance, o.overlapping, o.rerun_write
+  o.other_instance, o.overlapping, o.rerun_write, o.duplicate
 FROM tries o

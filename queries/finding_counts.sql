@@ -67,6 +67,7 @@ SELECT kind,
             WHEN 'rerun_write' THEN 'critical'
             WHEN 'deadline_inversion' THEN 'warning'
             WHEN 'overcommit' THEN 'warning'
+            WHEN 'duplicate_rejection' THEN 'warning'
             WHEN 'timeout_retry_on_write' THEN 'warning'
             WHEN 'non_retryable_retry' THEN 'warning'
             WHEN 'out_of_budget_retry' THEN 'warning'

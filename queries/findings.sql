@@ -25,6 +25,10 @@
 --                         (same edge) a write made for an earlier attempt of that call
 --                         without the earlier write's idempotency key (attempts.rerun_write):
 --                         the retry above may be safe, the write below runs again;
+--   duplicate_rejection   a retry of a non-idempotent operation answered as a duplicate
+--                         (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one): an
+--                         earlier attempt had done the write and a unique index caught the
+--                         repeat; the caller reads a failure for a call that succeeded;
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
@@ -222,6 +226,13 @@ SELECT 'rerun_write', a.trace_id, a.caller, a.callee, a.operation,
   a.weight, a.edge
 FROM attempts a
 WHERE a.rerun_write
+UNION ALL
+SELECT 'duplicate_rejection', a.trace_id, a.caller, a.callee, a.operation,
+  concat('retry #', CAST(a.attempt AS VARCHAR),
+    ' of a write was answered as a duplicate: an earlier attempt had done it'),
+  a.weight, a.edge
+FROM attempts a
+WHERE a.attempt >= 1 AND a.duplicate AND a.non_idempotent
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),

@@ -186,6 +186,12 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Write calls made for a retry of an upstream call that repeat a write made for an earlier attempt of it, without that write's idempotency key: the write ran again below a retry.",
     },
     EdgeCount {
+        column: "duplicate_rejections",
+        counter: "duplicate_rejections",
+        unit: Unit::Count,
+        help: "Retries of non-idempotent calls answered as a duplicate (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one): an earlier attempt had done the write and a unique index caught the repeat.",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

@@ -164,6 +164,10 @@ pub struct EdgeFigures {
     /// earlier attempt of it without its idempotency key: `rerun_write` findings.
     #[serde(default)]
     pub rerun_writes: u64,
+    /// Retries of writes answered as a duplicate (HTTP 409, gRPC ALREADY_EXISTS, an
+    /// `error.type` naming one): `duplicate_rejection` findings.
+    #[serde(default)]
+    pub duplicate_rejections: u64,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,
@@ -264,6 +268,7 @@ pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("rerun_write", "critical"),
     ("deadline_inversion", "warning"),
     ("overcommit", "warning"),
+    ("duplicate_rejection", "warning"),
     ("timeout_retry_on_write", "warning"),
     ("non_retryable_retry", "warning"),
     ("out_of_budget_retry", "warning"),

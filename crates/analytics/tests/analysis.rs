@@ -574,6 +574,27 @@ async fn writes_rerun_below_a_safe_retry() {
     assert!(rerun.is_some_and(|f| f.example_trace_id.is_some()));
 }
 
+/// A retried write answered 409, ALREADY_EXISTS or a duplicate error.type is a duplicate a
+/// unique index caught; a first attempt's 409 and a retried GET's are not.
+#[tokio::test]
+async fn duplicates_caught_after_a_retry() {
+    let mut s = Spans::default();
+    fixtures::duplicates(&mut s, 1);
+    let r = report(&s).await;
+    let count = |operation: &str| {
+        r.edges
+            .iter()
+            .filter(|e| e.caller == "app" && e.operation == operation)
+            .map(|e| e.duplicate_rejections)
+            .sum::<u64>()
+    };
+    assert_eq!(count("/orders"), 2);
+    assert_eq!(count("orders.Orders/Create"), 1);
+    assert_eq!(findings(&r, "duplicate_rejection"), 3);
+    let found = r.findings.iter().find(|f| f.kind == "duplicate_rejection");
+    assert_eq!(found.map(|f| f.severity.as_str()), Some("warning"));
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

@@ -287,3 +287,9 @@ async fn golden_operations() {
 async fn golden_rerun_writes() {
     check("rerun_writes", fixtures::rerun_writes).await;
 }
+
+/// Golden tables of the retried writes a unique index caught.
+#[tokio::test]
+async fn golden_duplicates() {
+    check("duplicates", fixtures::duplicates).await;
+}

@@ -83,7 +83,10 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
                     "{} / {} / {}",
                     e.unsafe_retries, e.unstable_key_retries, e.idempotency_hits
                 ),
-                format!("{} / {}", e.rerun_writes, e.overlapping_write_retries),
+                format!(
+                    "{} / {} / {}",
+                    e.rerun_writes, e.overlapping_write_retries, e.duplicate_rejections
+                ),
                 format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
                 format!(
                     "{} / {} / {}",
@@ -114,7 +117,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
             "recommended",
             "cut off",
             "unsafe / unstable key / key hits",
-            "writes re-run / overlapping",
+            "writes re-run / overlapping / duplicates",
             "orphans / work",
             "hidden / inferred / hedged",
         ],

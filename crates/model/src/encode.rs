@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
 use crate::wire::{self, AnyValue, ExportRequest, KeyValue, Span, Value, text};
 
 use crate::conventions::{self, Concept, Conventions};
-use crate::outcome::{Outcome, OutcomeSignals};
+use crate::outcome::{GRPC_STATUS_NAMES, Outcome, OutcomeSignals, grpc_code_named, is_duplicate};
 use crate::schema::{SPAN_ID_LEN, SPANS_SCHEMA, TRACE_ID_LEN};
 
 /// Service name used when the resource has no `service.name`.
@@ -131,6 +131,8 @@ pub struct SpanBatchBuilder<'c> {
     instance: StringBuilder,
     idempotency_key_hash: Int64Builder,
     idempotency_hit: BooleanBuilder,
+    response_code: StringBuilder,
+    duplicate: BooleanBuilder,
     report: EncodeReport,
     /// Scratch: indices of attributes carried by a normalised column (reused across spans).
     consumed: Vec<usize>,
@@ -210,6 +212,8 @@ impl<'c> SpanBatchBuilder<'c> {
             instance: StringBuilder::with_capacity(rows, 0),
             idempotency_key_hash: Int64Builder::with_capacity(rows),
             idempotency_hit: BooleanBuilder::with_capacity(rows),
+            response_code: StringBuilder::with_capacity(rows, short),
+            duplicate: BooleanBuilder::with_capacity(rows),
             attributes: MapBuilder::new(
                 Some(MapFieldNames {
                     entry: "entries".into(),
@@ -402,21 +406,30 @@ impl<'c> SpanBatchBuilder<'c> {
                     .unwrap_or_else(|| strip_grpc_prefix(text(&span.name))),
             ),
         }
+        let grpc_code = r.get(Concept::GrpcStatus).and_then(|v| {
+            conventions::as_i64(v).or_else(|| grpc_code_named(conventions::as_str(v)?))
+        });
+        let http_code = r.get(Concept::HttpStatus).and_then(conventions::as_i64);
+        let error_type = r.str(Concept::ErrorType).filter(|s| !s.is_empty());
+        // Kept raw for the status-code figures: the HTTP status, else the gRPC status's name.
+        match (http_code, grpc_code) {
+            (Some(code), _) => {
+                let _ = write!(self.response_code, "{code}");
+                self.response_code.append_value("");
+            }
+            (None, Some(code)) => self.response_code.append_option(
+                usize::try_from(code)
+                    .ok()
+                    .and_then(|c| GRPC_STATUS_NAMES.get(c)),
+            ),
+            (None, None) => self.response_code.append_null(),
+        }
+        self.duplicate
+            .append_value(is_duplicate(http_code, grpc_code, error_type));
         let signals = OutcomeSignals {
-            grpc: r
-                .get(Concept::GrpcStatus)
-                .and_then(|v| match conventions::as_i64(v) {
-                    Some(code) => Outcome::from_grpc_code(code),
-                    None => conventions::as_str(v).and_then(Outcome::from_grpc_name),
-                }),
-            http: r
-                .get(Concept::HttpStatus)
-                .and_then(conventions::as_i64)
-                .and_then(Outcome::from_http_status),
-            error_type: r
-                .str(Concept::ErrorType)
-                .filter(|s| !s.is_empty())
-                .map(Outcome::from_error_type),
+            grpc: grpc_code.and_then(Outcome::from_grpc_code),
+            http: http_code.and_then(Outcome::from_http_status),
+            error_type: error_type.map(Outcome::from_error_type),
             ctx_cancelled,
             err_code_nonzero: r.get(Concept::ErrCode).is_some_and(|v| {
                 match conventions::as_i64(v) {
@@ -500,6 +513,8 @@ impl<'c> SpanBatchBuilder<'c> {
             Arc::new(self.instance.finish()),
             Arc::new(self.idempotency_key_hash.finish()),
             Arc::new(self.idempotency_hit.finish()),
+            Arc::new(self.response_code.finish()),
+            Arc::new(self.duplicate.finish()),
         ];
         let batch = match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
             Ok(batch) => batch,

@@ -617,3 +617,69 @@ fn idempotency_keys_are_kept_as_a_keyed_hash_only() {
         "the secret is not shown"
     );
 }
+
+/// The response code is kept raw (an HTTP status as its number, else a gRPC status by its
+/// name, given as a number or a name), and an answer saying the request repeats one already
+/// done is marked: HTTP 409, gRPC ALREADY_EXISTS, an `error.type` naming a duplicate.
+#[test]
+fn response_codes_raw_and_duplicates() {
+    let spans = vec![
+        span(
+            1,
+            1,
+            "a",
+            2,
+            0,
+            1,
+            vec![kv_int("http.response.status_code", 409)],
+        ),
+        span(1, 2, "b", 2, 0, 1, vec![kv_int("rpc.grpc.status_code", 6)]),
+        span(
+            1,
+            3,
+            "c",
+            2,
+            0,
+            1,
+            vec![kv("rpc.response.status_code", "already_exists")],
+        ),
+        span(
+            1,
+            4,
+            "d",
+            2,
+            0,
+            1,
+            vec![kv("error.type", "UniqueViolation")],
+        ),
+        span(
+            1,
+            5,
+            "e",
+            2,
+            0,
+            1,
+            vec![kv_int("http.response.status_code", 503)],
+        ),
+        span(1, 6, "f", 2, 0, 1, vec![]),
+    ];
+    let (batch, _) = encode(&request(vec![("svc", spans)]));
+    let codes = strings(&batch, col::RESPONSE_CODE);
+    let want = [
+        Some("409"),
+        Some("ALREADY_EXISTS"),
+        Some("ALREADY_EXISTS"),
+        None,
+        Some("503"),
+        None,
+    ];
+    assert_eq!(codes, want.map(|c| c.map(str::to_owned)));
+    let duplicate: Vec<Option<bool>> = batch
+        .column_by_name(col::DUPLICATE)
+        .unwrap()
+        .as_boolean()
+        .iter()
+        .collect();
+    let want = [true, true, true, true, false, false];
+    assert_eq!(duplicate, want.map(Some));
+}

@@ -70,29 +70,7 @@ impl Outcome {
     /// Class of a gRPC status code given by name (`rpc.response.status_code` style,
     /// e.g. `DEADLINE_EXCEEDED`).
     pub fn from_grpc_name(name: &str) -> Option<Outcome> {
-        const NAMES: [&str; 17] = [
-            "OK",
-            "CANCELLED",
-            "UNKNOWN",
-            "INVALID_ARGUMENT",
-            "DEADLINE_EXCEEDED",
-            "NOT_FOUND",
-            "ALREADY_EXISTS",
-            "PERMISSION_DENIED",
-            "RESOURCE_EXHAUSTED",
-            "FAILED_PRECONDITION",
-            "ABORTED",
-            "OUT_OF_RANGE",
-            "UNIMPLEMENTED",
-            "INTERNAL",
-            "UNAVAILABLE",
-            "DATA_LOSS",
-            "UNAUTHENTICATED",
-        ];
-        let code = NAMES
-            .iter()
-            .position(|n| n.eq_ignore_ascii_case(name.trim()))?;
-        Outcome::from_grpc_code(code as i64)
+        Outcome::from_grpc_code(grpc_code_named(name)?)
     }
 
     /// Class of an HTTP status code; `None` below 400.
@@ -147,6 +125,57 @@ impl Outcome {
             None => cause.trim().to_ascii_lowercase(),
         }
     }
+}
+
+/// The gRPC status codes' names, by code.
+pub const GRPC_STATUS_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// The gRPC status code named `name` (any case), e.g. 4 for `DEADLINE_EXCEEDED`.
+pub fn grpc_code_named(name: &str) -> Option<i64> {
+    let code = GRPC_STATUS_NAMES
+        .iter()
+        .position(|n| n.eq_ignore_ascii_case(name.trim()))?;
+    i64::try_from(code).ok()
+}
+
+/// gRPC's ALREADY_EXISTS.
+const GRPC_ALREADY_EXISTS: i64 = 6;
+
+/// An answer saying the request repeats one already done: HTTP 409 Conflict, gRPC
+/// ALREADY_EXISTS, or an `error.type` naming a duplicate ("DuplicateKeyError",
+/// "UniqueViolation", "already exists").
+pub fn is_duplicate(http: Option<i64>, grpc: Option<i64>, error_type: Option<&str>) -> bool {
+    let named = |text: &str| {
+        let e = text.to_ascii_lowercase();
+        [
+            "duplicate",
+            "unique",
+            "already exist",
+            "alreadyexist",
+            "already_exist",
+        ]
+        .iter()
+        .any(|needle| e.contains(needle))
+    };
+    http == Some(409) || grpc == Some(GRPC_ALREADY_EXISTS) || error_type.is_some_and(named)
 }
 
 impl std::fmt::Display for Outcome {

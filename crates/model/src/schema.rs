@@ -88,6 +88,12 @@ pub const IDEMPOTENCY_KEY_HASH: &str = "idempotency_key_hash";
 /// `idempotency.state` `replayed` (false when `idempotency.hit` is false, null when the span
 /// says neither).
 pub const IDEMPOTENCY_HIT: &str = "idempotency_hit";
+/// The response code kept raw: the HTTP status as its number (`409`), else the gRPC status
+/// by its name (`ALREADY_EXISTS`); null without either.
+pub const RESPONSE_CODE: &str = "response_code";
+/// The answer says the request repeats one already done: HTTP 409, gRPC ALREADY_EXISTS, or
+/// an `error.type` naming a duplicate (a unique index, "already exists").
+pub const DUPLICATE: &str = "duplicate";
 
 /// Length of a trace id in bytes.
 pub const TRACE_ID_LEN: i32 = 16;
@@ -141,6 +147,8 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(INSTANCE, DataType::Utf8, true),
         Field::new(IDEMPOTENCY_KEY_HASH, DataType::Int64, true),
         Field::new(IDEMPOTENCY_HIT, DataType::Boolean, true),
+        Field::new(RESPONSE_CODE, DataType::Utf8, true),
+        Field::new(DUPLICATE, DataType::Boolean, true),
     ]))
 });
 

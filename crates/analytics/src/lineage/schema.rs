@@ -24,7 +24,7 @@ pub(super) const CALL_COLUMNS: [&str; 7] = [
 ];
 
 /// Span columns copied from the first SERVER child, and their names there.
-pub(super) const SERVER_COLUMNS: [(&str, &str); 9] = [
+pub(super) const SERVER_COLUMNS: [(&str, &str); 10] = [
     (col::SPAN_ID, "server_span_id"),
     (col::SERVICE_NAME, "server_service"),
     (col::START_NS, "server_start_ns"),
@@ -34,6 +34,7 @@ pub(super) const SERVER_COLUMNS: [(&str, &str); 9] = [
     (col::CTX_CANCELLED, "server_ctx_cancelled"),
     (col::DEADLINE_MS, "server_deadline_ms"),
     (col::IDEMPOTENCY_HIT, "server_idempotency_hit"),
+    (col::DUPLICATE, "server_duplicate"),
 ];
 
 /// A field of the span schema.
@@ -111,7 +112,7 @@ pub static ANALYSED_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 /// Columns of `lineage` that `lineage_attempts` carries for each attempt: what `attempts`
 /// reads.
-pub(super) const ATTEMPT_COLUMNS: [&str; 26] = [
+pub(super) const ATTEMPT_COLUMNS: [&str; 27] = [
     col::TRACE_ID,
     col::SPAN_ID,
     col::PARENT_SPAN_ID,
@@ -127,6 +128,7 @@ pub(super) const ATTEMPT_COLUMNS: [&str; 26] = [
     col::IS_WRITE,
     col::IDEMPOTENCY_KEY_HASH,
     col::WEIGHT,
+    col::DUPLICATE,
     "upstream_retry",
     "anchor_deadline_ms",
     "anchor_start_ns",

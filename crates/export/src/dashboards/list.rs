@@ -46,6 +46,14 @@ pub fn dashboards() -> Vec<Dashboard> {
                     .query("sum by (caller, callee, operation) (increase(stormglass_rerun_writes_total{$series,$edge}[$__rate_interval]))", "re-run: {{caller}} → {{callee}} {{operation}}")
                     .query("sum by (caller, callee, operation) (increase(stormglass_overlapping_write_retries_total{$series,$edge}[$__rate_interval]))", "overlapping: {{caller}} → {{callee}} {{operation}}"),
                 timeseries(
+                    "Duplicates caught (5m)",
+                    "Retried writes answered as a duplicate (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one): an earlier attempt had done the write and a unique index caught the repeat, while the caller read a failure. A unique index is not idempotency: send a key.",
+                )
+                    .size(8, 8)
+                    .unit("short")
+                    .from_zero()
+                    .query("sum by (caller, callee, operation) (increase(stormglass_duplicate_rejections_total{$series,$edge}[$__rate_interval]))", "{{caller}} → {{callee}} {{operation}}"),
+                timeseries(
                     "Timeout retries on writes (5m)",
                     "Retries after a deadline on non-idempotent operations: double-write risk even with a key.",
                 )
