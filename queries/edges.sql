@@ -53,6 +53,8 @@
 --                           write made for an earlier attempt of it without its key: a sum
 --   duplicate_rejections    retries of writes answered as a duplicate (HTTP 409, gRPC
 --                           ALREADY_EXISTS, an error.type naming one): a sum
+--   retry_after_violations  retries started before the previous answer's Retry-After or
+--                           gRPC pushback elapsed, or after a pushback saying not to: a sum
 --   retries_to_other_instance  retries that reached another instance than the attempt
 --                           before / retries where both instances are known
 --   callee_median_ms, out_of_budget_retries: retries that started with less of the caller's
@@ -73,7 +75,7 @@
 --   unstable_key_retries, idempotency_hits,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   per_try_timeout_retries, overlapping_retries, overlapping_write_retries, rerun_writes,
---   duplicate_rejections, retries_to_other_instance
+--   duplicate_rejections, retry_after_violations, retries_to_other_instance
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
@@ -103,6 +105,7 @@ WITH e AS (
     SUM(overlapping_write_retries) AS overlapping_write_retries,
     SUM(rerun_writes) AS rerun_writes,
     SUM(duplicate_rejections) AS duplicate_rejections,
+    SUM(retry_after_violations) AS retry_after_violations,
     SUM(instance_retries) AS instance_retries,
     SUM(other_instance_retries) AS other_instance_retries
   FROM p_edges
@@ -192,6 +195,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.overlapping_write_retries) AS BIGINT) AS overlapping_write_retries,
   CAST(ROUND(e.rerun_writes) AS BIGINT) AS rerun_writes,
   CAST(ROUND(e.duplicate_rejections) AS BIGINT) AS duplicate_rejections,
+  CAST(ROUND(e.retry_after_violations) AS BIGINT) AS retry_after_violations,
   CAST(e.other_instance_retries AS DOUBLE) / NULLIF(e.instance_retries, 0)
     AS retries_to_other_instance
 FROM params p

@@ -68,6 +68,7 @@ SELECT kind,
             WHEN 'deadline_inversion' THEN 'warning'
             WHEN 'overcommit' THEN 'warning'
             WHEN 'duplicate_rejection' THEN 'warning'
+            WHEN 'retry_after_violation' THEN 'warning'
             WHEN 'timeout_retry_on_write' THEN 'warning'
             WHEN 'non_retryable_retry' THEN 'warning'
             WHEN 'out_of_budget_retry' THEN 'warning'

@@ -29,6 +29,9 @@
 --                         (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one): an
 --                         earlier attempt had done the write and a unique index caught the
 --                         repeat; the caller reads a failure for a call that succeeded;
+--   retry_after_violation a retry (not a hedge) started before the wait the previous
+--                         attempt's answer asked for elapsed (HTTP Retry-After, gRPC
+--                         grpc-retry-pushback-ms), or at all after a pushback saying not to;
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
@@ -233,6 +236,18 @@ SELECT 'duplicate_rejection', a.trace_id, a.caller, a.callee, a.operation,
   a.weight, a.edge
 FROM attempts a
 WHERE a.attempt >= 1 AND a.duplicate AND a.non_idempotent
+UNION ALL
+SELECT 'retry_after_violation', a.trace_id, a.caller, a.callee, a.operation,
+  CASE WHEN a.prev_retry_after_ms < 0
+    THEN concat('retry #', CAST(a.attempt AS VARCHAR),
+      ' after a pushback that said not to retry')
+    ELSE concat('retry #', CAST(a.attempt AS VARCHAR), ' started ',
+      CAST(ROUND(a.backoff_ms, 1) AS VARCHAR),
+      ' ms after an answer that asked for ', CAST(ROUND(a.prev_retry_after_ms, 1) AS VARCHAR),
+      ' ms') END,
+  a.weight, a.edge
+FROM attempts a
+WHERE a.retry_after_violation
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),

@@ -43,6 +43,8 @@
 -- upstream call that repeat a write made for an earlier attempt of it without its key:
 -- the rerun_write findings); duplicate_rejections (retries of non-idempotent calls answered
 -- as a duplicate: HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one);
+-- retry_after_violations (retries started before the wait the previous answer asked for
+-- elapsed, or after a pushback saying not to retry);
 -- instance_retries and other_instance_retries: retries whose
 -- instance and the previous attempt's are known, and those that landed elsewhere.
 --
@@ -66,6 +68,7 @@
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, per_try_timeout_retries, overlapping_retries,
 --   overlapping_write_retries, rerun_writes, duplicate_rejections,
+--   retry_after_violations,
 --   instance_retries,
 --   other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, non_retryable_retries,
@@ -134,6 +137,7 @@ at AS (
     COALESCE(SUM(a.weight) FILTER (WHERE a.rerun_write), 0.0) AS rerun_writes,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.duplicate AND a.non_idempotent), 0.0)
       AS duplicate_rejections,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.retry_after_violation), 0.0) AS retry_after_violations,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance IS NOT NULL AND NOT a.hedged), 0.0)
       AS instance_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance AND NOT a.hedged), 0.0)
@@ -178,7 +182,7 @@ SELECT n.caller, n.callee, n.operation,
   at.numbered_attempts, at.caused_retries, at.write_attempts, at.declared_writes,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
   at.per_try_timeout_retries, at.overlapping_retries, at.overlapping_write_retries,
-  at.rerun_writes, at.duplicate_rejections,
+  at.rerun_writes, at.duplicate_rejections, at.retry_after_violations,
   at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   at.non_retryable_retries, at.retries_after_deadline, at.unstable_key_retries,

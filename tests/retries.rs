@@ -226,6 +226,43 @@ fn idempotency_keys_of_real_libraries() {
     }
 }
 
+/// Calls per stack of tests/python/retry_after.py: each first try answers 429 with
+/// `Retry-After: 1`.
+const PACED: u64 = 4;
+
+/// The truth of both stacks, from the gaps each app saw between a 429 and its retry: a
+/// retry violates the asked wait where its gap was under the second (urllib3 honouring the
+/// header: none; not honouring it: every one).
+fn assert_paced(report: &Value, gaps: &Value) {
+    for (callee, early) in [("api-honoured", 0), ("api-ignored", PACED)] {
+        let seen = gaps[callee].as_array().unwrap();
+        assert_eq!(seen.len() as u64, PACED, "{gaps}");
+        let truth = seen.iter().filter(|g| g.as_f64().unwrap() < 1000.0).count() as u64;
+        assert_eq!(truth, early, "the library's behaviour: {gaps}");
+        let e = edge(report, callee, "GET").unwrap_or_else(|| panic!("no edge to {callee}"));
+        let at = format!("{callee}: {e:#}");
+        assert_eq!(e["retry_attempts"], PACED, "{at}");
+        assert_eq!(e["retry_after_violations"], truth, "{at}");
+    }
+}
+
+/// Retry-After as OpenTelemetry Python captures it on the SERVER span (`http.response.
+/// header.retry_after`), under urllib3's re-sends, live and from the archive: a client
+/// honouring it violates nothing, one ignoring it violates every retry.
+#[test]
+fn retry_after_of_real_libraries() {
+    let (server, dir, out) = serve_and_run("retry_after", PACED);
+    let gaps: Value = serde_json::from_slice(&out).unwrap();
+    let stacks = [("api-honoured", "GET"), ("api-ignored", "GET")];
+    let live = report_with(&server, &stacks, 2 * PACED);
+    assert_paced(&live, &gaps);
+    let (ok, _) = server.terminate();
+    assert!(ok);
+    let (ok, offline, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    assert_paced(&serde_json::from_str(&offline).unwrap(), &gaps);
+}
+
 /// Each proxy edge from `shop`: (callee, operation), its attempts, its retries, its
 /// attempts read from SERVER spans (those of the re-sent calls), and whether its retries
 /// are unsafe (a POST without a key).

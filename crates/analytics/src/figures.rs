@@ -192,6 +192,12 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Retries of non-idempotent calls answered as a duplicate (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one): an earlier attempt had done the write and a unique index caught the repeat.",
     },
     EdgeCount {
+        column: "retry_after_violations",
+        counter: "retry_after_violations",
+        unit: Unit::Count,
+        help: "Retries started before the wait the previous answer asked for elapsed (HTTP Retry-After, gRPC grpc-retry-pushback-ms), or after a pushback that said not to retry.",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

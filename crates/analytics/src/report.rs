@@ -168,6 +168,11 @@ pub struct EdgeFigures {
     /// `error.type` naming one): `duplicate_rejection` findings.
     #[serde(default)]
     pub duplicate_rejections: u64,
+    /// Retries started before the wait the previous answer asked for (HTTP Retry-After,
+    /// gRPC pushback) elapsed, or after a pushback saying not to: `retry_after_violation`
+    /// findings.
+    #[serde(default)]
+    pub retry_after_violations: u64,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,
@@ -269,6 +274,7 @@ pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("deadline_inversion", "warning"),
     ("overcommit", "warning"),
     ("duplicate_rejection", "warning"),
+    ("retry_after_violation", "warning"),
     ("timeout_retry_on_write", "warning"),
     ("non_retryable_retry", "warning"),
     ("out_of_budget_retry", "warning"),

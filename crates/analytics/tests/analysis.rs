@@ -42,6 +42,14 @@ fn edge<'r>(r: &'r Report, caller: &str, callee: &str) -> &'r EdgeFigures {
         .unwrap_or_else(|| panic!("no edge {caller}->{callee} in {:#?}", r.edges))
 }
 
+/// The edge of `caller`'s calls of `operation` (whatever the callee).
+fn operation_edge<'r>(r: &'r Report, caller: &str, operation: &str) -> &'r EdgeFigures {
+    r.edges
+        .iter()
+        .find(|e| e.caller == caller && e.operation == operation)
+        .unwrap_or_else(|| panic!("no edge {caller} {operation} in {:#?}", r.edges))
+}
+
 fn layer<'r>(r: &'r Report, service: &str) -> &'r LayerFigures {
     r.layers
         .iter()
@@ -581,18 +589,27 @@ async fn duplicates_caught_after_a_retry() {
     let mut s = Spans::default();
     fixtures::duplicates(&mut s, 1);
     let r = report(&s).await;
-    let count = |operation: &str| {
-        r.edges
-            .iter()
-            .filter(|e| e.caller == "app" && e.operation == operation)
-            .map(|e| e.duplicate_rejections)
-            .sum::<u64>()
-    };
+    let count = |operation: &str| operation_edge(&r, "app", operation).duplicate_rejections;
     assert_eq!(count("/orders"), 2);
     assert_eq!(count("orders.Orders/Create"), 1);
     assert_eq!(findings(&r, "duplicate_rejection"), 3);
     let found = r.findings.iter().find(|f| f.kind == "duplicate_rejection");
     assert_eq!(found.map(|f| f.severity.as_str()), Some("warning"));
+}
+
+/// A retry before the wait a Retry-After (seconds, or a date captured on the SERVER span)
+/// asked for, or after a gRPC pushback saying not to retry, violates it; one after the wait
+/// does not.
+#[tokio::test]
+async fn retries_against_retry_after_and_pushback() {
+    let mut s = Spans::default();
+    fixtures::pacing(&mut s, 1);
+    let r = report(&s).await;
+    let count = |operation: &str| operation_edge(&r, "app", operation).retry_after_violations;
+    assert_eq!(count("/items"), 2);
+    assert_eq!(count("api.Items/List"), 1);
+    assert_eq!(findings(&r, "retry_after_violation"), 3);
+    assert_eq!(alerts(&r, "StormglassRetryAfterIgnored"), 2);
 }
 
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still

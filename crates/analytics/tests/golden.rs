@@ -293,3 +293,9 @@ async fn golden_rerun_writes() {
 async fn golden_duplicates() {
     check("duplicates", fixtures::duplicates).await;
 }
+
+/// Golden tables of the retries against Retry-After and gRPC pushback.
+#[tokio::test]
+async fn golden_pacing() {
+    check("pacing", fixtures::pacing).await;
+}

@@ -47,11 +47,16 @@ pub enum Concept {
     Url,
     UrlPath,
     UrlQuery,
+    /// An HTTP answer's `Retry-After` (seconds or an HTTP date).
+    RetryAfter,
+    /// A gRPC answer's `grpc-retry-pushback-ms`: milliseconds, negative or not an integer
+    /// for "do not retry".
+    GrpcPushback,
 }
 
 impl Concept {
     /// Number of concepts, for per-concept arrays.
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 25;
 
     /// Every concept, in discriminant order (so `Concept::ALL[c as usize] == c`).
     pub const ALL: [Concept; Concept::COUNT] = [
@@ -78,6 +83,8 @@ impl Concept {
         Concept::Url,
         Concept::UrlPath,
         Concept::UrlQuery,
+        Concept::RetryAfter,
+        Concept::GrpcPushback,
     ];
 
     /// Name used in self-metrics (`field` label) and logs.
@@ -106,6 +113,8 @@ impl Concept {
             Concept::Url => "url",
             Concept::UrlPath => "url_path",
             Concept::UrlQuery => "url_query",
+            Concept::RetryAfter => "retry_after",
+            Concept::GrpcPushback => "grpc_pushback",
         }
     }
 
@@ -214,6 +223,21 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
     (Concept::Url, &["url.full", "http.url"]),
     (Concept::UrlPath, &["url.path"]),
     (Concept::UrlQuery, &["url.query"]),
+    (
+        Concept::RetryAfter,
+        &[
+            "http.response.header.retry-after",
+            // OpenTelemetry Python's captured headers: dashes become underscores.
+            "http.response.header.retry_after",
+        ],
+    ),
+    (
+        Concept::GrpcPushback,
+        &[
+            "rpc.grpc.response.metadata.grpc-retry-pushback-ms",
+            "rpc.grpc.response.metadata.grpc_retry_pushback_ms",
+        ],
+    ),
 ];
 
 /// One attribute name's roles: (concept, precedence) pairs; lower precedence wins.
@@ -366,6 +390,29 @@ pub fn as_str(value: &AnyValue) -> Option<&str> {
     match scalar(value)? {
         Value::StringValue(s) => Some(text(s)),
         _ => None,
+    }
+}
+
+/// An HTTP `Retry-After` in milliseconds: delay-seconds (`120`), or an HTTP date taken from
+/// `end_ns` (when the answer came; 0 for a date already past).
+pub fn retry_after_ms(value: &AnyValue, end_ns: i64) -> Option<f64> {
+    if let Some(seconds) = as_i64(value) {
+        return (seconds >= 0).then_some(seconds as f64 * 1000.0);
+    }
+    let Value::StringValue(s) = scalar(value)? else {
+        return None;
+    };
+    let at = httpdate::parse_http_date(text(s).trim()).ok()?;
+    let at_ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as f64;
+    Some((at_ms - end_ns as f64 / 1e6).max(0.0))
+}
+
+/// gRPC's `grpc-retry-pushback-ms`: milliseconds to wait; a negative value or one that is
+/// not an integer says not to retry (gRPC A6), read as -1.
+pub fn pushback_ms(value: &AnyValue) -> f64 {
+    match as_i64(value) {
+        Some(ms) if ms >= 0 => ms as f64,
+        _ => -1.0,
     }
 }
 

@@ -133,6 +133,7 @@ pub struct SpanBatchBuilder<'c> {
     idempotency_hit: BooleanBuilder,
     response_code: StringBuilder,
     duplicate: BooleanBuilder,
+    retry_after_ms: Float64Builder,
     report: EncodeReport,
     /// Scratch: indices of attributes carried by a normalised column (reused across spans).
     consumed: Vec<usize>,
@@ -214,6 +215,7 @@ impl<'c> SpanBatchBuilder<'c> {
             idempotency_hit: BooleanBuilder::with_capacity(rows),
             response_code: StringBuilder::with_capacity(rows, short),
             duplicate: BooleanBuilder::with_capacity(rows),
+            retry_after_ms: Float64Builder::with_capacity(rows),
             attributes: MapBuilder::new(
                 Some(MapFieldNames {
                     entry: "entries".into(),
@@ -300,7 +302,11 @@ impl<'c> SpanBatchBuilder<'c> {
                 .filter(|m| !m.is_empty() && !self.lean),
         );
 
-        self.append_contract_columns(span, start_ns, status_code == StatusCode::Error as i32);
+        self.append_contract_columns(
+            span,
+            (start_ns, end_ns),
+            status_code == StatusCode::Error as i32,
+        );
         let weight = crate::sampling::adjusted_count(text(&span.trace_state))
             .or_else(|| self.conventions.sampling_weight(service))
             .unwrap_or(1.0);
@@ -311,7 +317,12 @@ impl<'c> SpanBatchBuilder<'c> {
     }
 
     /// Derive the normalised columns and the remaining-attributes map for one span.
-    fn append_contract_columns(&mut self, span: &Span, start_ns: i64, status_error: bool) {
+    fn append_contract_columns(
+        &mut self,
+        span: &Span,
+        (start_ns, end_ns): (i64, i64),
+        status_error: bool,
+    ) {
         let mut r = Reader::new(
             self.conventions,
             &span.attributes,
@@ -350,6 +361,12 @@ impl<'c> SpanBatchBuilder<'c> {
                 r.take(Concept::AbsoluteDeadline, conventions::as_budget_ms)
                     .map(|epoch_ms| (epoch_ms - start_ns as f64 / 1e6).max(0.0))
             });
+        let retry_after = r
+            .take(Concept::RetryAfter, |v| {
+                conventions::retry_after_ms(v, end_ns)
+            })
+            .or_else(|| r.take(Concept::GrpcPushback, |v| Some(conventions::pushback_ms(v))));
+        self.retry_after_ms.append_option(retry_after);
         let conventions = self.conventions;
         let key_hash = r.take(Concept::IdempotencyKey, |v| {
             let key = match conventions::scalar(v)? {
@@ -515,6 +532,7 @@ impl<'c> SpanBatchBuilder<'c> {
             Arc::new(self.idempotency_hit.finish()),
             Arc::new(self.response_code.finish()),
             Arc::new(self.duplicate.finish()),
+            Arc::new(self.retry_after_ms.finish()),
         ];
         let batch = match RecordBatch::try_new(SPANS_SCHEMA.clone(), columns) {
             Ok(batch) => batch,

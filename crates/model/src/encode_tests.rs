@@ -683,3 +683,67 @@ fn response_codes_raw_and_duplicates() {
     let want = [true, true, true, true, false, false];
     assert_eq!(duplicate, want.map(Some));
 }
+
+/// The wait an answer asks for, in ms: Retry-After in seconds or as an HTTP date (from the
+/// span's end), gRPC pushback in ms, and -1 where a pushback says not to retry (negative,
+/// or not an integer).
+#[test]
+fn asked_waits() {
+    let header = |v: &str| vec![kv_strings("http.response.header.retry-after", &[v])];
+    let pushback = |v: &str| {
+        vec![kv_strings(
+            "rpc.grpc.response.metadata.grpc-retry-pushback-ms",
+            &[v],
+        )]
+    };
+    // The spans end 1 s past the testkit's epoch, 2025-11-24 16:00:00 UTC.
+    let spans = vec![
+        span(1, 1, "a", 3, 0, 1000, header("2")),
+        span(
+            1,
+            2,
+            "b",
+            3,
+            0,
+            1000,
+            header("Mon, 24 Nov 2025 16:00:04 GMT"),
+        ),
+        span(
+            1,
+            3,
+            "c",
+            3,
+            0,
+            1000,
+            header("Mon, 24 Nov 2025 15:00:00 GMT"),
+        ),
+        span(1, 4, "d", 3, 0, 1000, pushback("250")),
+        span(1, 5, "e", 3, 0, 1000, pushback("-1")),
+        span(1, 6, "f", 3, 0, 1000, pushback("soon")),
+        span(1, 7, "g", 3, 0, 1000, header("tomorrow")),
+        span(1, 8, "h", 3, 0, 1000, vec![]),
+    ];
+    let (batch, report) = encode(&request(vec![("svc", spans)]));
+    let waits: Vec<Option<f64>> = batch
+        .column_by_name(col::RETRY_AFTER_MS)
+        .unwrap()
+        .as_primitive::<Float64Type>()
+        .iter()
+        .collect();
+    let want = [
+        Some(2000.0),
+        Some(3000.0),
+        Some(0.0),
+        Some(250.0),
+        Some(-1.0),
+        Some(-1.0),
+        None,
+        None,
+    ];
+    assert_eq!(waits, want);
+    assert_eq!(
+        report.malformed[Concept::RetryAfter as usize],
+        1,
+        "the unreadable one"
+    );
+}

@@ -94,6 +94,10 @@ pub const RESPONSE_CODE: &str = "response_code";
 /// The answer says the request repeats one already done: HTTP 409, gRPC ALREADY_EXISTS, or
 /// an `error.type` naming a duplicate (a unique index, "already exists").
 pub const DUPLICATE: &str = "duplicate";
+/// How long the answer asked the caller to wait before a retry, in ms: HTTP `Retry-After`
+/// (seconds, or a date taken from the span's end) or gRPC `grpc-retry-pushback-ms`; -1
+/// where a pushback said not to retry; null without either.
+pub const RETRY_AFTER_MS: &str = "retry_after_ms";
 
 /// Length of a trace id in bytes.
 pub const TRACE_ID_LEN: i32 = 16;
@@ -149,6 +153,7 @@ pub static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(IDEMPOTENCY_HIT, DataType::Boolean, true),
         Field::new(RESPONSE_CODE, DataType::Utf8, true),
         Field::new(DUPLICATE, DataType::Boolean, true),
+        Field::new(RETRY_AFTER_MS, DataType::Float64, true),
     ]))
 });
 

@@ -411,6 +411,21 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.rerun_writes),
     },
     AlertDefinition {
+        name: "StormglassRetryAfterIgnored",
+        severity: "warning",
+        // 1m, as for unsafe retries: a count in a 5-minute range holds only 5 minutes.
+        hold: Duration::from_secs(60),
+        summary: "{caller} -> {callee} {operation}: {value} retries ignored the callee's \
+            Retry-After or pushback",
+        description: "{caller} retried {operation} on {callee} {value} times before the \
+            wait the previous answer asked for (HTTP Retry-After, gRPC \
+            grpc-retry-pushback-ms) had elapsed, or after a pushback that said not to retry: \
+            the callee shed load and got it back at once.",
+        threshold: |_| 0.0,
+        expr: |t| any_on_busy_edges("stormglass_retry_after_violations_total", t),
+        condition: |r, t| counted_on_busy_edges(r, t, |e| e.retry_after_violations),
+    },
+    AlertDefinition {
         name: "StormglassNonRetryableRetries",
         severity: "warning",
         // 1m, as for inversions: a count in a 5-minute range holds only 5 minutes.

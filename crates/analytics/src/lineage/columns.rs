@@ -9,7 +9,7 @@ use arrow::array::{
     StringArray, UInt32Array,
 };
 use arrow::compute::take;
-use arrow::datatypes::{Int32Type, Int64Type, SchemaRef};
+use arrow::datatypes::{Float64Type, Int32Type, Int64Type, SchemaRef};
 use stormglass_model::hash::KeyedHash;
 use stormglass_model::schema as col;
 
@@ -227,6 +227,8 @@ pub(super) struct Links<'a> {
     pub(super) sender: &'a [usize],
     /// Per row: an attempt whose SERVER span started while the previous attempt's ran.
     pub(super) overlapping: &'a [bool],
+    /// `retries.overlap_tolerance_ms`: how early a retry may start against an asked wait.
+    pub(super) overlap_tolerance_ms: f64,
 }
 
 /// The lineage's per-span values, read into `lineage`'s columns for any set of rows: every
@@ -508,6 +510,35 @@ pub(super) fn build(
     let rerun = rerun_writes(spans, attempts, calls, call_parent, nodes, &edges.of_row);
     columns.push(Arc::new(BooleanArray::from(
         attempts.iter().map(|&r| rerun[r]).collect::<Vec<bool>>(),
+    )));
+    // The wait the previous attempt's answer asked for: its own span's, else its callee's
+    // SERVER span's (server instrumentations capture response headers too).
+    let retry_after = by_name(col::RETRY_AFTER_MS).as_primitive::<Float64Type>();
+    let asked = |row: usize| {
+        std::iter::once(row)
+            .chain(server_child[row])
+            .find(|&r| retry_after.is_valid(r))
+            .map(|r| retry_after.value(r))
+    };
+    columns.push(Arc::new(Float64Array::from_iter(
+        attempts.iter().map(|&r| calls[r].previous.and_then(asked)),
+    )));
+    // A retry (not a hedge) sent before that wait elapsed, from the previous attempt's end
+    // as its caller saw it, by more than the overlap tolerance (a server span closes after
+    // the answer it carries went out); or at all after a pushback saying not to retry.
+    let starts = by_name(col::START_NS).as_primitive::<Int64Type>();
+    let tolerance_ms = links.overlap_tolerance_ms.max(0.0);
+    let early = |r: usize| {
+        let p = calls[r].previous.filter(|_| !calls[r].hedged)?;
+        let wait_ms = asked(p)?;
+        let gap_ms = (starts.value(r) - seen_end(p)) as f64 / 1e6;
+        Some(wait_ms < 0.0 || gap_ms < wait_ms - tolerance_ms)
+    };
+    columns.push(Arc::new(BooleanArray::from(
+        attempts
+            .iter()
+            .map(|&r| early(r).unwrap_or(false))
+            .collect::<Vec<bool>>(),
     )));
     let attempts = match RecordBatch::try_new(ATTEMPT_LINEAGE_SCHEMA.clone(), columns) {
         Ok(batch) => batch,

@@ -43,6 +43,8 @@
 //! | `inferred` | joined to its call as an application loop's retry (see below) |
 //! | `other_instance` | the attempt's SERVER span ran on another instance (`instance`) than the previous attempt's (null on first attempts, or where either is unknown) |
 //! | `overlapping` | the attempt's SERVER span started before the previous attempt's SERVER span ended, by more than `retries.overlap_tolerance_ms`: the callee was still working on the call when it came again |
+//! | `prev_retry_after_ms` | the wait the previous attempt's answer asked for (`retry_after_ms` of its span, else of its SERVER child; -1: do not retry) |
+//! | `retry_after_violation` | a retry (not a hedge) started before that wait elapsed, from the previous attempt's end as its caller saw it, by more than `retries.overlap_tolerance_ms`, or at all after a pushback saying not to retry |
 //! | `rerun_write` | the first attempt of a write call made for a retry of an upstream call, repeating (same edge) a write made for an earlier attempt of that call without the earlier write's idempotency key (see [`reruns`]) |
 //!
 //! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation`,
@@ -457,6 +459,7 @@ pub fn lineage_in_window(
         hint_server: &hint_server,
         sender: &sender,
         overlapping: &overlapping,
+        overlap_tolerance_ms: rules.overlap_tolerance_ms,
     };
     let started = std::time::Instant::now();
     let (batch, attempts, edges) = build(

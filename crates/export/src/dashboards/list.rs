@@ -62,6 +62,14 @@ pub fn dashboards() -> Vec<Dashboard> {
                     .from_zero()
                     .query("sum by (caller, callee, operation) (increase(stormglass_timeout_retries_on_writes_total{$series,$edge}[$__rate_interval]))", "{{caller}} → {{callee}} {{operation}}"),
                 timeseries(
+                    "Retries before the asked wait (5m)",
+                    "Retries started before the wait the previous answer asked for elapsed (HTTP Retry-After, gRPC grpc-retry-pushback-ms), or after a pushback that said not to retry: StormglassRetryAfterIgnored.",
+                )
+                    .size(8, 8)
+                    .unit("short")
+                    .from_zero()
+                    .query("sum by (caller, callee, operation) (increase(stormglass_retry_after_violations_total{$series,$edge}[$__rate_interval]))", "{{caller}} → {{callee}} {{operation}}"),
+                timeseries(
                     "Immediate retries (5m)",
                     "Retries with less than advice.min_backoff_ms backoff: synchronized storms.",
                 )
