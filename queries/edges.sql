@@ -53,6 +53,18 @@
 --                           write made for an earlier attempt of it without its key: a sum
 --   duplicate_rejections    retries of writes answered as a duplicate (HTTP 409, gRPC
 --                           ALREADY_EXISTS, an error.type naming one): a sum
+--   backoff                 how the edge's retries wait (p_backoff: the gap from the end of
+--                           the attempt before to the retry's start, hedges aside): null
+--                           below retries.backoff_min_calls retried calls; `none` when no
+--                           retry number waits min_backoff_ms on average; `exponential`
+--                           when backoff_growth >= 1.5, `exponential_jitter` when its
+--                           backoff_jitter is also >= 0.2; else `constant`
+--   backoff_median_ms       the median gap (2% buckets)
+--   backoff_growth          each retry number's mean gap / the number before's (where that
+--                           one waited), weighted by retries; null with one retry number
+--   backoff_jitter          the coefficient of variation of the gaps at the retry number
+--                           with the most retries among those that waited
+--   backoff_per_call_ms     all gaps / retried calls: the wait a retried call spent
 --   retry_after_violations  retries started before the previous answer's Retry-After or
 --                           gRPC pushback elapsed, or after a pushback saying not to: a sum
 --   retries_to_other_instance  retries that reached another instance than the attempt
@@ -61,7 +73,8 @@
 --                           budget left than the callee's median on the edge (retry_budgets)
 -- Ratios with an empty denominator are null.
 --
--- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_edge_latency, layer_operations,
+-- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_edge_latency, p_backoff,
+--   layer_operations,
 --   layers, clock_skew, retry_budgets, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
@@ -75,7 +88,8 @@
 --   unstable_key_retries, idempotency_hits,
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   per_try_timeout_retries, overlapping_retries, overlapping_write_retries, rerun_writes,
---   duplicate_rejections, retry_after_violations, retries_to_other_instance
+--   duplicate_rejections, retry_after_violations, retries_to_other_instance, backoff,
+--   backoff_median_ms, backoff_growth, backoff_jitter, backoff_per_call_ms
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
@@ -131,6 +145,58 @@ modes AS (
 tail AS (
   SELECT caller, callee, operation, deadline_ms, SUM(at_or_below) AS at_or_below, SUM(n) AS n
   FROM p_tail GROUP BY caller, callee, operation, deadline_ms
+),
+-- Backoff: per retry number, the gaps' weight, mean and coefficient of variation.
+backoff_numbers AS (
+  SELECT caller, callee, operation, attempt, SUM(n) AS n, SUM(gap_sum) / SUM(n) AS mean_ms,
+    SQRT(GREATEST(SUM(gap_squares) / SUM(n) - POWER(SUM(gap_sum) / SUM(n), 2), 0.0))
+      / NULLIF(SUM(gap_sum) / SUM(n), 0.0) AS cv
+  FROM p_backoff GROUP BY caller, callee, operation, attempt
+),
+-- Each retry number's mean gap against the number before's (where that one waited at
+-- least min_backoff_ms), averaged weighted by the later number's retries.
+backoff_growth AS (
+  SELECT b.caller, b.callee, b.operation, SUM(b.n * b.mean_ms / a.mean_ms) / SUM(b.n) AS growth
+  FROM params p
+  CROSS JOIN backoff_numbers b
+  JOIN backoff_numbers a ON a.caller = b.caller AND a.callee = b.callee
+    AND a.operation = b.operation AND a.attempt = b.attempt - 1
+  WHERE a.mean_ms >= p.min_backoff_ms
+  GROUP BY b.caller, b.callee, b.operation
+),
+-- The spread at one retry number: the one with the most retries among those that waited.
+backoff_jitter AS (
+  SELECT caller, callee, operation, cv AS jitter
+  FROM (
+    SELECT b.caller, b.callee, b.operation, b.cv,
+      ROW_NUMBER() OVER (PARTITION BY b.caller, b.callee, b.operation
+        ORDER BY b.n DESC, b.attempt) AS r
+    FROM params p CROSS JOIN backoff_numbers b
+    WHERE b.mean_ms >= p.min_backoff_ms
+  ) ranked
+  WHERE r = 1
+),
+-- Growth and jitter to 3 decimals, the wait per call to the microsecond: sums of floats
+-- merged in another order (live intervals, offline chunks) differ in their last bits.
+backoff AS (
+  SELECT w.caller, w.callee, w.operation, w.median_ms, w.total_ms, w.max_mean_ms,
+    ROUND(g.growth, 3) AS growth, ROUND(j.jitter, 3) AS jitter
+  FROM (
+    SELECT f.caller, f.callee, f.operation, f.median_ms, f.total_ms, m.max_mean_ms
+    FROM (
+      SELECT caller, callee, operation, sg_bucket_quantile(bucket, n, 0.5) AS median_ms,
+        SUM(gap_sum) AS total_ms
+      FROM p_backoff GROUP BY caller, callee, operation
+    ) f
+    JOIN (
+      SELECT caller, callee, operation, MAX(mean_ms) AS max_mean_ms
+      FROM backoff_numbers GROUP BY caller, callee, operation
+    ) m ON m.caller = f.caller AND m.callee = f.callee AND m.operation = f.operation
+  ) w
+  LEFT JOIN backoff_growth g ON g.caller = w.caller AND g.callee = w.callee
+    AND g.operation = w.operation
+  LEFT JOIN backoff_jitter j ON j.caller = w.caller AND j.callee = w.callee
+    AND j.operation = w.operation
 ),
 edge_latency AS (
   SELECT caller, callee, operation, SUM(n) AS total,
@@ -197,7 +263,16 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.duplicate_rejections) AS BIGINT) AS duplicate_rejections,
   CAST(ROUND(e.retry_after_violations) AS BIGINT) AS retry_after_violations,
   CAST(e.other_instance_retries AS DOUBLE) / NULLIF(e.instance_retries, 0)
-    AS retries_to_other_instance
+    AS retries_to_other_instance,
+  CASE WHEN bo.median_ms IS NULL OR e.retried_calls < p.backoff_min_calls THEN NULL
+       WHEN bo.max_mean_ms < p.min_backoff_ms THEN 'none'
+       WHEN bo.growth >= 1.5 AND bo.jitter >= 0.2 THEN 'exponential_jitter'
+       WHEN bo.growth >= 1.5 THEN 'exponential'
+       ELSE 'constant' END AS backoff,
+  bo.median_ms AS backoff_median_ms,
+  bo.growth AS backoff_growth,
+  bo.jitter AS backoff_jitter,
+  ROUND(bo.total_ms / NULLIF(e.retried_calls, 0), 3) AS backoff_per_call_ms
 FROM params p
 CROSS JOIN e
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
@@ -210,6 +285,8 @@ LEFT JOIN tail tl ON tl.caller = e.caller AND tl.callee = e.callee
 LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
 LEFT JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
   AND rb.operation = e.operation
+LEFT JOIN backoff bo ON bo.caller = e.caller AND bo.callee = e.callee
+  AND bo.operation = e.operation
 )
 SELECT figures.*,
   NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin,

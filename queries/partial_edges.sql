@@ -43,6 +43,8 @@
 -- upstream call that repeat a write made for an earlier attempt of it without its key:
 -- the rerun_write findings); duplicate_rejections (retries of non-idempotent calls answered
 -- as a duplicate: HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one);
+-- backoff_retries and backoff_ms_total (retries, hedges aside, after an attempt that ended,
+-- and the gaps they waited, floored at 0: the mean backoff summed across instances);
 -- retry_after_violations (retries started before the wait the previous answer asked for
 -- elapsed, or after a pushback saying not to retry);
 -- instance_retries and other_instance_retries: retries whose
@@ -68,7 +70,7 @@
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, per_try_timeout_retries, overlapping_retries,
 --   overlapping_write_retries, rerun_writes, duplicate_rejections,
---   retry_after_violations,
+--   retry_after_violations, backoff_retries, backoff_ms_total,
 --   instance_retries,
 --   other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, non_retryable_retries,
@@ -138,6 +140,10 @@ at AS (
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.duplicate AND a.non_idempotent), 0.0)
       AS duplicate_rejections,
     COALESCE(SUM(a.weight) FILTER (WHERE a.retry_after_violation), 0.0) AS retry_after_violations,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
+      AND a.backoff_ms IS NOT NULL), 0.0) AS backoff_retries,
+    COALESCE(SUM(a.weight * GREATEST(a.backoff_ms, 0.0)) FILTER (WHERE a.attempt >= 1
+      AND NOT a.hedged AND a.backoff_ms IS NOT NULL), 0.0) AS backoff_ms_total,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance IS NOT NULL AND NOT a.hedged), 0.0)
       AS instance_retries,
     COALESCE(SUM(a.weight) FILTER (WHERE a.other_instance AND NOT a.hedged), 0.0)
@@ -183,6 +189,7 @@ SELECT n.caller, n.callee, n.operation,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
   at.per_try_timeout_retries, at.overlapping_retries, at.overlapping_write_retries,
   at.rerun_writes, at.duplicate_rejections, at.retry_after_violations,
+  at.backoff_retries, at.backoff_ms_total,
   at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   at.non_retryable_retries, at.retries_after_deadline, at.unstable_key_retries,

@@ -87,12 +87,12 @@ fn report_with(server: &Server, edges: &[(&str, &str)], attempts: u64) -> Value 
     }
 }
 
-/// `serve` archiving into a fresh directory `name`, releasing traces 300 ms after their last
+/// `serve` archiving into a fresh directory `name`, releasing traces `idle` after their last
 /// span.
-fn serve_archiving(name: &str) -> (Server, std::path::PathBuf) {
+fn serve_archiving(name: &str, idle: &str) -> (Server, std::path::PathBuf) {
     let dir = common::temp_dir(name);
     let server = Server::start(&[
-        ("STORMGLASS_ASSEMBLY__IDLE", "300ms"),
+        ("STORMGLASS_ASSEMBLY__IDLE", idle),
         ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
         ("STORMGLASS_ARCHIVE__DIR", dir.to_str().unwrap()),
         ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
@@ -101,11 +101,20 @@ fn serve_archiving(name: &str) -> (Server, std::path::PathBuf) {
     (server, dir)
 }
 
-/// [`serve_archiving`], and tests/python/`name`.py (after the
+/// Traces released 300 ms after their last span: the scripts' calls take a few ms, and each
+/// service's BatchSpanProcessor sends them on its own 5 s schedule.
+const QUICK: &str = "300ms";
+
+/// Traces released 6 s after their last span: calls that wait (backoff, Retry-After) for
+/// hundreds of ms straddle a BatchSpanProcessor's 5 s sends, so one service's spans of a
+/// call may come a schedule later than another's.
+const SLOW: &str = "6s";
+
+/// [`serve_archiving`] releasing after `idle`, and tests/python/`name`.py (after the
 /// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
 /// archive directory and what the script printed.
-fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>) {
-    let (server, dir) = serve_archiving(name);
+fn serve_and_run(name: &str, count: u64, idle: &str) -> (Server, std::path::PathBuf, Vec<u8>) {
+    let (server, dir) = serve_archiving(name, idle);
     let read = |file: &str| {
         std::fs::read_to_string(common::repo_root().join("tests/python").join(file)).unwrap()
     };
@@ -119,7 +128,7 @@ fn serve_and_run(name: &str, count: u64) -> (Server, std::path::PathBuf, Vec<u8>
 /// archive with `stormglass analyze`.
 #[test]
 fn unnumbered_retries_of_real_libraries_count() {
-    let (server, dir, out) = serve_and_run("unnumbered_retries", CALLS);
+    let (server, dir, out) = serve_and_run("unnumbered_retries", CALLS, QUICK);
     assert_eq!(String::from_utf8_lossy(&out).trim(), "sent");
 
     let stacks: Vec<_> = STACKS.iter().map(|(c, o, ..)| (*c, *o)).collect();
@@ -172,7 +181,7 @@ fn assert_payments(report: &Value) {
 /// report, the metrics or the archive, which keeps its keyed hash.
 #[test]
 fn idempotency_keys_of_real_libraries() {
-    let (server, dir, out) = serve_and_run("idempotency_keys", PAYMENTS);
+    let (server, dir, out) = serve_and_run("idempotency_keys", PAYMENTS, QUICK);
     let keys: Vec<String> = serde_json::from_slice(&out).unwrap();
     assert_eq!(keys.len() as u64, PAYMENTS + 2 * PAYMENTS);
 
@@ -251,7 +260,7 @@ fn assert_paced(report: &Value, gaps: &Value) {
 /// honouring it violates nothing, one ignoring it violates every retry.
 #[test]
 fn retry_after_of_real_libraries() {
-    let (server, dir, out) = serve_and_run("retry_after", PACED);
+    let (server, dir, out) = serve_and_run("retry_after", PACED, SLOW);
     let gaps: Value = serde_json::from_slice(&out).unwrap();
     let stacks = [("api-honoured", "GET"), ("api-ignored", "GET")];
     let live = report_with(&server, &stacks, 2 * PACED);
@@ -261,6 +270,46 @@ fn retry_after_of_real_libraries() {
     let (ok, offline, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
     assert!(ok, "{stderr}");
     assert_paced(&serde_json::from_str(&offline).unwrap(), &gaps);
+}
+
+/// Calls per stack of tests/python/backoff.py: three retries each.
+const BACKED_OFF: u64 = 30;
+
+/// The truth of both stacks, as the libraries are configured: tenacity's full-jitter
+/// exponential waits read `exponential_jitter`; urllib3's doubling waits (none before its
+/// first retry, then 100 and 200 ms) read `exponential`.
+fn assert_backoff(report: &Value) {
+    for (callee, operation, backoff) in [
+        ("api-tenacity", "GET", "exponential_jitter"),
+        ("api-urllib3", "GET", "exponential"),
+    ] {
+        let e = edge(report, callee, operation).unwrap_or_else(|| panic!("no edge to {callee}"));
+        let at = format!("{callee}: {e:#}");
+        assert_eq!(e["retry_attempts"], 3 * BACKED_OFF, "{at}");
+        assert_eq!(e["backoff"], backoff, "{at}");
+        let growth = e["backoff_growth"].as_f64().unwrap();
+        assert!((1.5..3.0).contains(&growth), "{at}");
+    }
+    let e = edge(report, "api-urllib3", "GET").unwrap();
+    // 300 ms of sleeps a call, and the time a re-send takes besides.
+    let per_call = e["backoff_per_call_ms"].as_f64().unwrap();
+    assert!((300.0..400.0).contains(&per_call), "{e:#}");
+}
+
+/// Backoff as tenacity (full jitter, sibling CLIENT spans) and urllib3 (doubling, re-sends
+/// below the CLIENT span) wait, live and from the archive.
+#[test]
+fn backoff_of_real_libraries() {
+    let (server, dir, out) = serve_and_run("backoff", BACKED_OFF, SLOW);
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "sent");
+    let stacks = [("api-tenacity", "GET"), ("api-urllib3", "GET")];
+    let live = report_with(&server, &stacks, 4 * BACKED_OFF);
+    assert_backoff(&live);
+    let (ok, _) = server.terminate();
+    assert!(ok);
+    let (ok, offline, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    assert_backoff(&serde_json::from_str(&offline).unwrap());
 }
 
 /// Each proxy edge from `shop`: (callee, operation), its attempts, its retries, its
@@ -398,7 +447,7 @@ fn retries_of_real_proxies_count() {
             "{proxy} is not installed: run tests/run.sh, which installs it from Debian"
         );
     }
-    let (server, dir, out) = serve_and_run("proxies", CALLS);
+    let (server, dir, out) = serve_and_run("proxies", CALLS, QUICK);
     let backend: Value = serde_json::from_slice(&out).unwrap();
     report_with(
         &server,
@@ -446,7 +495,7 @@ fn grpc_js_hedging_losers_are_abandoned() {
         js.join("node_modules/@grpc/grpc-js").is_dir(),
         "run `npm ci` in tests/js (tests/run.sh does) for the grpc-js hedging test"
     );
-    let (server, dir) = serve_archiving("grpc-hedging");
+    let (server, dir) = serve_archiving("grpc-hedging", QUICK);
     let output = std::process::Command::new("node")
         .arg(js.join("grpc_hedging.mjs"))
         .args([format!("http://{}", server.http), HEDGED_CALLS.to_string()])
@@ -515,7 +564,7 @@ const THROTTLED_CALLS: u64 = 30;
 /// channel (`Get`; the server counted them) within one token's worth.
 #[test]
 fn replay_predicts_grpcio_throttling() {
-    let (server, dir, out) = serve_and_run("grpc_throttling", THROTTLED_CALLS);
+    let (server, dir, out) = serve_and_run("grpc_throttling", THROTTLED_CALLS, QUICK);
     let truth: Value = serde_json::from_slice(&out).unwrap();
     let made = truth["Get"].as_u64().unwrap() - THROTTLED_CALLS;
     let free = truth["Free"].as_u64().unwrap() - THROTTLED_CALLS;

@@ -198,6 +198,18 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Retries started before the wait the previous answer asked for elapsed (HTTP Retry-After, gRPC grpc-retry-pushback-ms), or after a pushback that said not to retry.",
     },
     EdgeCount {
+        column: "backoff_retries",
+        counter: "backed_off_retries",
+        unit: Unit::Count,
+        help: "Retries (hedges aside) after an attempt that ended: those whose wait stormglass_retry_backoff_seconds_total sums.",
+    },
+    EdgeCount {
+        column: "backoff_ms_total",
+        counter: "retry_backoff_seconds",
+        unit: Unit::Milliseconds,
+        help: "Sum of the waits between an attempt's end and its retry's start (hedges aside, 0 for a retry sent before the attempt ended): divided by stormglass_backed_off_retries_total it is the edge's mean backoff.",
+    },
+    EdgeCount {
         column: "instance_retries",
         counter: "instance_retries",
         unit: Unit::Count,

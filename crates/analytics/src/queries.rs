@@ -49,6 +49,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_layers"),
     query!("partial_latency"),
     query!("partial_edge_latency"),
+    query!("partial_backoff"),
     query!("partial_entries"),
     query!("partial_entry_latency"),
     query!("partial_traces"),

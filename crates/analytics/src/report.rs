@@ -173,6 +173,22 @@ pub struct EdgeFigures {
     /// findings.
     #[serde(default)]
     pub retry_after_violations: u64,
+    /// How the edge's retries wait: `none`, `constant`, `exponential` or
+    /// `exponential_jitter`; null below `retries.backoff_min_calls` retried calls.
+    #[serde(default)]
+    pub backoff: Option<String>,
+    /// The median gap between an attempt's end and its retry's start (ms).
+    #[serde(default)]
+    pub backoff_median_ms: Option<f64>,
+    /// Each retry number's mean gap against the number before's.
+    #[serde(default)]
+    pub backoff_growth: Option<f64>,
+    /// The coefficient of variation of the gaps at one retry number.
+    #[serde(default)]
+    pub backoff_jitter: Option<f64>,
+    /// The wait a retried call spent in all, on average (ms).
+    #[serde(default)]
+    pub backoff_per_call_ms: Option<f64>,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,

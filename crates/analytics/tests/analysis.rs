@@ -612,6 +612,44 @@ async fn retries_against_retry_after_and_pushback() {
     assert_eq!(alerts(&r, "StormglassRetryAfterIgnored"), 2);
 }
 
+/// How retries wait, classified per edge from 10 retried calls on: a fixed wait is
+/// constant, a doubling one exponential (with jitter when its gaps spread), waits under
+/// min_backoff_ms none; fewer retried calls are not classified.
+#[tokio::test]
+async fn backoff_is_classified_per_edge() {
+    let mut s = Spans::default();
+    fixtures::backoff(&mut s, 1);
+    let r = report(&s).await;
+    let close =
+        |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-3 * want.max(1.0));
+    let fixed = edge(&r, "app", "fixed");
+    assert_eq!(fixed.backoff.as_deref(), Some("constant"));
+    assert!(
+        close(fixed.backoff_growth, 1.0),
+        "{:?}",
+        fixed.backoff_growth
+    );
+    assert!(close(fixed.backoff_per_call_ms, 200.0));
+    let doubling = edge(&r, "app", "doubling");
+    assert_eq!(doubling.backoff.as_deref(), Some("exponential"));
+    assert!(close(doubling.backoff_growth, 2.0));
+    assert!(close(doubling.backoff_per_call_ms, 300.0));
+    let jittered = edge(&r, "app", "jittered");
+    assert_eq!(jittered.backoff.as_deref(), Some("exponential_jitter"));
+    assert!(
+        close(jittered.backoff_jitter, 0.5745),
+        "{:?}",
+        jittered.backoff_jitter
+    );
+    assert_eq!(
+        edge(&r, "app", "immediate").backoff.as_deref(),
+        Some("none")
+    );
+    let rare = edge(&r, "app", "rare");
+    assert_eq!(rare.backoff, None);
+    assert!(close(rare.backoff_growth, 2.0), "measured, not classified");
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

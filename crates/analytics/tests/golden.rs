@@ -299,3 +299,9 @@ async fn golden_duplicates() {
 async fn golden_pacing() {
     check("pacing", fixtures::pacing).await;
 }
+
+/// Golden tables of how retries wait.
+#[tokio::test]
+async fn golden_backoff() {
+    check("backoff", fixtures::backoff).await;
+}

@@ -430,6 +430,13 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "stormglass:edge_backoff:mean_seconds_rate5m",
+            format!(
+                "sum by ({EDGE}) (rate(stormglass_retry_backoff_seconds_total[5m])) / \
+                 (sum by ({EDGE}) (rate(stormglass_backed_off_retries_total[5m])) > 0)"
+            ),
+        ),
+        (
             "stormglass:callee_latency_p999:seconds_rate5m",
             "max by (callee) (label_replace(stormglass:layer_latency_p999:seconds_rate5m, \
              \"callee\", \"$1\", \"service\", \"(.*)\"))"

@@ -49,6 +49,8 @@ pub struct Params {
     pub clock_skew_threshold_ms: f64,
     /// How unnumbered attempts join calls (`retries.*`). Read by the lineage, not the SQL.
     pub retries: lineage::RetryRules,
+    /// An edge's backoff is classified from this many retried calls on.
+    pub backoff_min_calls: f64,
 }
 
 impl Default for Params {
@@ -61,6 +63,7 @@ impl Default for Params {
             clock_tolerance_ms: 1.0,
             clock_skew_threshold_ms: 10.0,
             retries: lineage::RetryRules::default(),
+            backoff_min_calls: 10.0,
         }
     }
 }
@@ -84,6 +87,7 @@ impl Params {
             ("timeout_factor", self.timeout_factor),
             ("clock_tolerance_ms", self.clock_tolerance_ms),
             ("clock_skew_threshold_ms", self.clock_skew_threshold_ms),
+            ("backoff_min_calls", self.backoff_min_calls),
         ];
         let schema = Schema::new(
             fields

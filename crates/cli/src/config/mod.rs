@@ -93,6 +93,7 @@ impl Config {
                 overlap_tolerance_ms: self.retries.overlap_tolerance_ms,
                 overlapping: self.retries.overlapping_resends,
             },
+            backoff_min_calls: self.retries.backoff_min_calls as f64,
         }
     }
 }
@@ -196,6 +197,8 @@ pub struct RetriesConfig {
     /// where an earlier attempt answered while a later one ran, else a retry after a per-try
     /// timeout), `hedge` or `per_try_timeout` for every call.
     pub overlapping_resends: stormglass_analytics::lineage::Overlapping,
+    /// An edge's `backoff` is classified from this many retried calls on (null below).
+    pub backoff_min_calls: u64,
 }
 
 impl Default for RetriesConfig {
@@ -205,6 +208,7 @@ impl Default for RetriesConfig {
             infer_loops: rules.infer_loops,
             overlap_tolerance_ms: rules.overlap_tolerance_ms,
             overlapping_resends: rules.overlapping,
+            backoff_min_calls: Params::default().backoff_min_calls as u64,
         }
     }
 }

@@ -138,6 +138,13 @@ pub fn dashboards() -> Vec<Dashboard> {
                     .query("max by (cluster, job, caller, callee, operation) (stormglass_callee_latency_p999_seconds{$series,$edge})", "P99.9 of {{callee}} {{operation}} (its SERVER spans under these calls)")
                     .query("max by (cluster, job, caller, callee, operation) (stormglass_recommended_timeout_seconds{$series,$edge})", "recommended {{caller}} → {{callee}} {{operation}}"),
                 timeseries(
+                    "Backoff",
+                    "The mean wait between an attempt's end and its retry's start (hedges aside), every instance together. Near 0 retries come back at once (immediate retries); a wait that never grows or spreads synchronises the callers' retries. The report's backoff says which shape (none, constant, exponential, exponential_jitter).",
+                )
+                    .unit("s")
+                    .from_zero()
+                    .query("stormglass:edge_backoff:mean_seconds_rate5m{$recorded,$edge}", "{{caller}} → {{callee}} {{operation}}"),
+                timeseries(
                     "Orphan work",
                     "Seconds per minute the callee kept working after the caller gave up (cancelled or timed out). Above the dashed alert threshold (1 s/min by default, from stormglass' configuration): StormglassOrphanWork.",
                 )
