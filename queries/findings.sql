@@ -32,6 +32,12 @@
 --   retry_after_violation a retry (not a hedge) started before the wait the previous
 --                         attempt's answer asked for elapsed (HTTP Retry-After, gRPC
 --                         grpc-retry-pushback-ms), or at all after a pushback saying not to;
+--   unbudgeted_call       a call (its first attempt) whose callee sent a SERVER span, with no
+--                         deadline on either side: it can wait forever (the calls of
+--                         edges.attempts_without_deadline);
+--   write_without_key     a write (by method, or flagged `idempotent=false`; its first
+--                         attempt) sent without an idempotency key: a retry of it anywhere
+--                         cannot be told from a new write (coverage.idempotency_key);
 --   timeout_retry_on_write a retry caused by `deadline` of a non-idempotent operation;
 --   immediate_retry       a retry (not a hedge) started less than advice.min_backoff_ms after
 --                         the previous attempt ended;
@@ -248,6 +254,19 @@ SELECT 'retry_after_violation', a.trace_id, a.caller, a.callee, a.operation,
   a.weight, a.edge
 FROM attempts a
 WHERE a.retry_after_violation
+UNION ALL
+SELECT 'unbudgeted_call', a.trace_id, a.caller, a.callee, a.operation,
+  'a call with no deadline on either side: it can wait forever',
+  a.weight, a.edge
+FROM attempts a
+WHERE a.attempt = 0 AND a.server_span_id IS NOT NULL AND a.deadline_ms IS NULL
+  AND a.server_deadline_ms IS NULL
+UNION ALL
+SELECT 'write_without_key', a.trace_id, a.caller, a.callee, a.operation,
+  'a write sent without an idempotency key: a retry of it cannot be told from a new write',
+  a.weight, a.edge
+FROM attempts a
+WHERE a.attempt = 0 AND (a.is_write OR NOT a.idempotent) AND NOT a.has_idempotency_key
 UNION ALL
 SELECT 'timeout_retry_on_write', a.trace_id, a.caller, a.callee, a.operation,
   concat('retry #', CAST(a.attempt AS VARCHAR), ' of a timed-out write'),

@@ -198,6 +198,18 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Retries started before the wait the previous answer asked for elapsed (HTTP Retry-After, gRPC grpc-retry-pushback-ms), or after a pushback that said not to retry.",
     },
     EdgeCount {
+        column: "key_writes",
+        counter: "key_writes",
+        unit: Unit::Count,
+        help: "Writes (by method, or flagged idempotent=false) an idempotency key should protect.",
+    },
+    EdgeCount {
+        column: "keyed_writes",
+        counter: "keyed_writes",
+        unit: Unit::Count,
+        help: "Those writes that carried an idempotency key: with stormglass_key_writes_total, the share of writes sent without one.",
+    },
+    EdgeCount {
         column: "backoff_retries",
         counter: "backed_off_retries",
         unit: Unit::Count,

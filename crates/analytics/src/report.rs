@@ -298,6 +298,8 @@ pub const FINDING_KINDS: &[(&str, &str)] = &[
     ("clock_skew", "warning"),
     ("not_propagated", "info"),
     ("immediate_retry", "info"),
+    ("unbudgeted_call", "info"),
+    ("write_without_key", "info"),
     ("multi_layer_retry", "info"),
     ("timeout_without_margin", "info"),
     ("timeout_too_long", "info"),

@@ -650,6 +650,26 @@ async fn backoff_is_classified_per_edge() {
     assert!(close(rare.backoff_growth, 2.0), "measured, not classified");
 }
 
+/// Lines that page on what is missing: every call of the idempotency fixture has no
+/// deadline on either side (6 findings, the alert on app -> pay), and one write of its 11
+/// goes without a key (a finding for the first attempt; 2 of 11 write attempts keyless is
+/// above the 10% line).
+#[tokio::test]
+async fn calls_without_deadline_and_writes_without_key() {
+    let mut s = Spans::default();
+    fixtures::idempotency_keys(&mut s, 1);
+    let r = report(&s).await;
+    assert_eq!(findings(&r, "unbudgeted_call"), 6);
+    assert_eq!(findings(&r, "write_without_key"), 1);
+    assert_eq!(alerts(&r, "StormglassCallsWithoutDeadline"), 1);
+    assert_eq!(alerts(&r, "StormglassWritesWithoutKey"), 1);
+    let mut healthy = Spans::default();
+    fixtures::healthy(&mut healthy, 1);
+    let r = report(&healthy).await;
+    assert_eq!(findings(&r, "unbudgeted_call"), 0, "every call budgeted");
+    assert_eq!(alerts(&r, "StormglassCallsWithoutDeadline"), 0);
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

@@ -426,6 +426,77 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.retry_after_violations),
     },
     AlertDefinition {
+        name: "StormglassCallsWithoutDeadline",
+        severity: "warning",
+        hold: Duration::from_secs(15 * 60),
+        summary: "{caller} -> {callee} {operation}: {percent} of its calls carry no deadline",
+        description: "{percent} of the attempts {caller} sends to {operation} on {callee} \
+            carry no deadline on either side (threshold {threshold}): they can wait forever, \
+            hold their resources while {callee} is slow, and no budget can be checked.",
+        threshold: |t| t.without_deadline_share,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:edge_attempts_without_deadline:ratio_rate5m > {}",
+                    t.without_deadline_share
+                ),
+                &format!("sum by ({EDGE}) (rate(stormglass_served_attempts_total[5m]))"),
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_edges(
+                r,
+                t,
+                |e| e.attempts_without_deadline,
+                |e| e.attempts as f64,
+                |v| v > t.without_deadline_share,
+            )
+        },
+    },
+    AlertDefinition {
+        name: "StormglassWritesWithoutKey",
+        severity: "warning",
+        hold: Duration::from_secs(15 * 60),
+        summary: "{caller} -> {callee} {operation}: {percent} of its writes carry no \
+            idempotency key",
+        description: "{percent} of the writes {caller} sends to {operation} on {callee} carry \
+            no idempotency key (threshold {threshold}): a retry of one anywhere on its path \
+            cannot be told from a new write, so it may apply twice.",
+        threshold: |t| t.writes_without_key_share,
+        expr: |t| {
+            guarded(
+                format!(
+                    "stormglass:edge_writes_without_key:ratio_rate5m > {}",
+                    t.writes_without_key_share
+                ),
+                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
+                t,
+            )
+        },
+        condition: |r, t| {
+            let keyless =
+                |c: &crate::report::EdgeCoverage| c.shares.idempotency_key.map(|keyed| 1.0 - keyed);
+            r.coverage
+                .edges
+                .iter()
+                .filter(|c| busy(r, c.shares.attempts as f64, t))
+                .filter_map(|c| Some((c, keyless(c)?)))
+                .filter(|(_, share)| *share > t.writes_without_key_share)
+                .map(|(c, share)| {
+                    (
+                        labels(&[
+                            ("caller", &c.caller),
+                            ("callee", &c.callee),
+                            ("operation", &c.operation),
+                        ]),
+                        share,
+                    )
+                })
+                .collect()
+        },
+    },
+    AlertDefinition {
         name: "StormglassNonRetryableRetries",
         severity: "warning",
         // 1m, as for inversions: a count in a 5-minute range holds only 5 minutes.

@@ -61,6 +61,12 @@ pub struct AlertThresholds {
     /// `StormglassTimeoutRateHigh`: the share of the attempts a layer receives that end in
     /// `deadline`.
     pub timeout_rate: f64,
+    /// `StormglassCallsWithoutDeadline`: the share of an edge's served attempts with no
+    /// deadline on either side.
+    pub without_deadline_share: f64,
+    /// `StormglassWritesWithoutKey`: the share of an edge's writes sent without an
+    /// idempotency key.
+    pub writes_without_key_share: f64,
     pub orphan_work_seconds_per_minute: f64,
     /// Minimum traffic of a ratio alert: its denominator (the events the ratio is a share
     /// of) per minute. Below it, a ratio of a handful of events is noise and never fires.
@@ -184,6 +190,8 @@ impl Default for AlertThresholds {
             retries_per_minute: 50.0,
             tail_ratio: 2.0,
             timeout_rate: 0.05,
+            without_deadline_share: 0.1,
+            writes_without_key_share: 0.1,
             orphan_work_seconds_per_minute: 1.0,
             min_events_per_minute: 10.0,
             max_instances_per_rule: 50,
@@ -480,6 +488,15 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             ratio(
                 format!("sum by ({EDGE}) (rate(stormglass_unbudgeted_served_attempts_total[5m]))"),
                 &format!("sum by ({EDGE}) (rate(stormglass_served_attempts_total[5m]))"),
+            ),
+        ),
+        (
+            "stormglass:edge_writes_without_key:ratio_rate5m",
+            format!(
+                "(sum by ({EDGE}) (rate(stormglass_key_writes_total[5m])) - \
+                 (sum by ({EDGE}) (rate(stormglass_keyed_writes_total[5m])) \
+                 or sum by ({EDGE}) (rate(stormglass_key_writes_total[5m])) * 0)) / \
+                 (sum by ({EDGE}) (rate(stormglass_key_writes_total[5m])) > 0)"
             ),
         ),
         (
