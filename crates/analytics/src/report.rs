@@ -758,27 +758,51 @@ impl Report {
             .collect();
         orphans.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
         let findings: Vec<Finding> = rows(&table(&ctx, "finding_counts").await?);
+        // The shares' fields spelled out, not `#[serde(flatten)]`: flattening buffers every
+        // row into a map first, a tenth of the report at 178,000 edges.
         #[derive(Deserialize)]
         struct CoverageRow {
             level: String,
             service: String,
             callee: Option<String>,
             operation: Option<String>,
-            #[serde(flatten)]
-            shares: CoverageShares,
+            attempts: u64,
+            attempt_number: Option<f64>,
+            cause: Option<f64>,
+            deadline: Option<f64>,
+            idempotency: Option<f64>,
+            idempotency_key: Option<f64>,
+            server_spans: Option<f64>,
+            from_server_spans: Option<f64>,
+            inferred: Option<f64>,
         }
-        let mut coverage = Coverage::default();
-        for row in rows::<CoverageRow>(&table(&ctx, "coverage").await?) {
+        let covered = rows::<CoverageRow>(&table(&ctx, "coverage").await?);
+        let mut coverage = Coverage {
+            services: Vec::new(),
+            edges: Vec::with_capacity(covered.len()),
+        };
+        for row in covered {
+            let shares = CoverageShares {
+                attempts: row.attempts,
+                attempt_number: row.attempt_number,
+                cause: row.cause,
+                deadline: row.deadline,
+                idempotency: row.idempotency,
+                idempotency_key: row.idempotency_key,
+                server_spans: row.server_spans,
+                from_server_spans: row.from_server_spans,
+                inferred: row.inferred,
+            };
             match (row.level.as_str(), row.callee, row.operation) {
                 ("edge", Some(callee), Some(operation)) => coverage.edges.push(EdgeCoverage {
                     caller: row.service,
                     callee,
                     operation,
-                    shares: row.shares,
+                    shares,
                 }),
                 _ => coverage.services.push(ServiceCoverage {
                     service: row.service,
-                    shares: row.shares,
+                    shares,
                 }),
             }
         }
@@ -876,7 +900,8 @@ pub struct Link {
     operation: String,
 }
 
-type EdgeKey = (String, String, String);
+/// An edge by (caller, callee, operation), borrowed from the report's rows.
+type EdgeKey<'a> = (&'a str, &'a str, &'a str);
 
 /// Register `storm_potential` (service, operation, storm_potential: one row per entry
 /// operation) in a session holding the report tables, so `stormglass query` reads the
@@ -930,31 +955,33 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
     let factor: HashMap<EdgeKey, f64> = edges
         .iter()
         .map(|e| {
-            let key = (e.caller.clone(), e.callee.clone(), e.operation.clone());
+            let key = (e.caller.as_str(), e.callee.as_str(), e.operation.as_str());
             let tries = |n: Option<i64>| n.unwrap_or(0).max(0) as f64 + 1.0;
             (key, tries(e.max_attempt) * tries(e.max_outer_attempt))
         })
         .collect();
-    let mut by_entry: HashMap<(String, String), Vec<&Link>> = HashMap::new();
+    let mut by_entry: HashMap<(&str, &str), Vec<&Link>> = HashMap::new();
     for link in links {
         by_entry
-            .entry((link.entry_service.clone(), link.entry_operation.clone()))
+            .entry((&link.entry_service, &link.entry_operation))
             .or_default()
             .push(link);
     }
     by_entry
         .into_iter()
-        .map(|(entry, links)| {
+        .map(|((service, operation), links)| {
+            // Each parent's child edges once, in the order first met (a set beside the
+            // lists: a search of the list per link grew with the children of a parent).
             let mut children: HashMap<Option<EdgeKey>, Vec<EdgeKey>> = HashMap::new();
+            let mut seen: HashSet<(Option<EdgeKey>, EdgeKey)> = HashSet::new();
             for l in &links {
                 let parent = match (&l.parent_caller, &l.parent_callee, &l.parent_operation) {
-                    (Some(a), Some(b), Some(c)) => Some((a.clone(), b.clone(), c.clone())),
+                    (Some(a), Some(b), Some(c)) => Some((a.as_str(), b.as_str(), c.as_str())),
                     _ => None,
                 };
-                let edge = (l.caller.clone(), l.callee.clone(), l.operation.clone());
-                let list = children.entry(parent).or_default();
-                if !list.contains(&edge) {
-                    list.push(edge);
+                let edge = (l.caller.as_str(), l.callee.as_str(), l.operation.as_str());
+                if seen.insert((parent, edge)) {
+                    children.entry(parent).or_default().push(edge);
                 }
             }
             let mut memo = HashMap::new();
@@ -963,39 +990,39 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
                 .get(&None)
                 .map(|tops| {
                     tops.iter()
-                        .map(|e| chain_product(e, &children, &factor, &mut memo, &mut on_path))
+                        .map(|e| chain_product(*e, &children, &factor, &mut memo, &mut on_path))
                         .fold(1.0, f64::max)
                 })
                 .unwrap_or(1.0);
-            (entry, best)
+            ((service.to_owned(), operation.to_owned()), best)
         })
         .collect()
 }
 
-fn chain_product(
-    edge: &EdgeKey,
-    children: &HashMap<Option<EdgeKey>, Vec<EdgeKey>>,
-    factor: &HashMap<EdgeKey, f64>,
-    memo: &mut HashMap<EdgeKey, f64>,
-    on_path: &mut HashSet<EdgeKey>,
+fn chain_product<'a>(
+    edge: EdgeKey<'a>,
+    children: &HashMap<Option<EdgeKey<'a>>, Vec<EdgeKey<'a>>>,
+    factor: &HashMap<EdgeKey<'a>, f64>,
+    memo: &mut HashMap<EdgeKey<'a>, f64>,
+    on_path: &mut HashSet<EdgeKey<'a>>,
 ) -> f64 {
-    if let Some(v) = memo.get(edge) {
+    if let Some(v) = memo.get(&edge) {
         return *v;
     }
-    if !on_path.insert(edge.clone()) {
+    if !on_path.insert(edge) {
         return 1.0;
     }
     let below = children
-        .get(&Some(edge.clone()))
+        .get(&Some(edge))
         .map(|kids| {
             kids.iter()
-                .map(|k| chain_product(k, children, factor, memo, on_path))
+                .map(|k| chain_product(*k, children, factor, memo, on_path))
                 .fold(1.0, f64::max)
         })
         .unwrap_or(1.0);
-    on_path.remove(edge);
-    let value = factor.get(edge).copied().unwrap_or(1.0) * below;
-    memo.insert(edge.clone(), value);
+    on_path.remove(&edge);
+    let value = factor.get(&edge).copied().unwrap_or(1.0) * below;
+    memo.insert(edge, value);
     value
 }
 
