@@ -247,6 +247,10 @@ pub struct EntryFigures {
     pub p99_ms: Option<f64>,
     #[serde(default)]
     pub p999_ms: Option<f64>,
+    /// The share of the entry requests within the entry SLO's latency target
+    /// (`alerts.entry_slo.latency_ms`, within 2%).
+    #[serde(default)]
+    pub latency_slo_share: Option<f64>,
     #[serde(default)]
     pub storm_potential: f64,
 }

@@ -670,6 +670,57 @@ async fn calls_without_deadline_and_writes_without_key() {
     assert_eq!(alerts(&r, "StormglassCallsWithoutDeadline"), 0);
 }
 
+/// The entry SLO's burn alerts over one window: an entry failing 16 of 20 requests burns
+/// its 5% budget 16x (above 14.4), one failing 12 of 20 12x (below); the backoff fixture's
+/// entries take 5-10 s against the 1.2 s target (none within it: 20x); the healthy chain
+/// burns neither.
+#[tokio::test]
+async fn entry_slo_budgets_burn() {
+    use fixtures::{get, http_status, route};
+    let burning = |r: &Report, name: &str| {
+        r.alerts
+            .iter()
+            .filter(|a| a.name == name)
+            .map(|a| (a.labels["operation"].clone(), a.value))
+            .collect::<Vec<_>>()
+    };
+    let mut s = Spans::default();
+    for (route_, failing) in [("/checkout", 16), ("/search", 12)] {
+        for t in 0..20 {
+            let trace = if route_ == "/checkout" {
+                1 + t
+            } else {
+                101 + t
+            };
+            let status = if t < failing { 503 } else { 200 };
+            s.server(trace, "shop", "GET")
+                .at(0.0, 100.0)
+                .with(vec![route(route_), get(), http_status(status)])
+                .add();
+        }
+    }
+    let r = report(&s).await;
+    assert_eq!(
+        burning(&r, "StormglassEntryErrorBudgetBurn"),
+        [("/checkout".to_owned(), 16.0)]
+    );
+    let mut s = Spans::default();
+    fixtures::backoff(&mut s, 1);
+    let r = report(&s).await;
+    assert_eq!(r.entries[0].latency_slo_share, Some(0.0));
+    assert_eq!(
+        burning(&r, "StormglassEntryLatencyBudgetBurn").len(),
+        1,
+        "one entry: app /page"
+    );
+    let mut s = Spans::default();
+    fixtures::healthy(&mut s, 1);
+    let r = report(&s).await;
+    assert!(r.entries.iter().all(|e| e.latency_slo_share == Some(1.0)));
+    assert_eq!(burning(&r, "StormglassEntryErrorBudgetBurn"), []);
+    assert_eq!(burning(&r, "StormglassEntryLatencyBudgetBurn"), []);
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

@@ -426,6 +426,66 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.retry_after_violations),
     },
     AlertDefinition {
+        name: "StormglassEntryErrorBudgetBurn",
+        severity: "critical",
+        hold: Duration::from_secs(2 * 60),
+        summary: "{service} {operation}: failures burn the error budget {value}x",
+        description: "{service} {operation} fails its users {value} times as fast as its \
+            entry SLO allows (alerts.entry_slo.error_rate): at this rate the month's error \
+            budget is gone in days. Retries below it are not saving the calls.",
+        threshold: |_| EntrySlo::FAST_BURN,
+        expr: |t| {
+            let burn = |w: &str| {
+                format!(
+                    "(sum by (service, operation) (rate(stormglass_entry_failed_requests_total[{w}])) \
+                     / (sum by (service, operation) (rate(stormglass_entry_requests_total[{w}])) > 0) \
+                     / {})",
+                    t.entry_slo.error_rate
+                )
+            };
+            entry_burn(&burn, t)
+        },
+        condition: |r, t| {
+            busy_entries(r, t, |e| {
+                e.error_rate
+                    .map(|rate| rate / t.entry_slo.error_rate)
+                    .filter(|burn| *burn > EntrySlo::FAST_BURN)
+            })
+        },
+    },
+    AlertDefinition {
+        name: "StormglassEntryLatencyBudgetBurn",
+        severity: "critical",
+        hold: Duration::from_secs(2 * 60),
+        summary: "{service} {operation}: slow requests burn the latency budget {value}x",
+        description: "{service} {operation} answers too slowly {value} times as often as its \
+            entry SLO allows (alerts.entry_slo: latency_share of the requests within \
+            latency_ms): at this rate the month's budget is gone in days. Look below it for \
+            retries and timeouts that add to the tail.",
+        threshold: |_| EntrySlo::FAST_BURN,
+        expr: |t| {
+            let le = t.entry_slo.le();
+            let share = t.entry_slo.latency_share;
+            let burn = |w: &str| {
+                format!(
+                    "((1 - sum by (service, operation) \
+                     (rate(stormglass_entry_duration_seconds_bucket{{le=\"{le}\"}}[{w}])) \
+                     / (sum by (service, operation) \
+                     (rate(stormglass_entry_duration_seconds_count[{w}])) > 0)) / (1 - {share}))"
+                )
+            };
+            entry_burn(&burn, t)
+        },
+        condition: |r, t| {
+            let budget = 1.0 - t.entry_slo.latency_share;
+            busy_entries(r, t, |e| {
+                e.latency_slo_share
+                    .map(|share| (1.0 - share) / budget)
+                    .filter(|burn| *burn > EntrySlo::FAST_BURN)
+            })
+        },
+    },
+    AlertDefinition {
         name: "StormglassCallsWithoutDeadline",
         severity: "warning",
         hold: Duration::from_secs(15 * 60),
@@ -612,5 +672,40 @@ fn counted_on_busy_edges(
         .iter()
         .filter(|e| count(e) > 0 && busy(r, e.attempts as f64, t))
         .map(|e| (edge_labels(e), count(e) as f64))
+        .collect()
+}
+
+/// A burn-rate alert in PromQL: `burn(window)` over 1h and 5m above the fast rate, or over
+/// 6h and 30m above the slow one, on entries with the minimum traffic.
+fn entry_burn(burn: &dyn Fn(&str) -> String, t: &AlertThresholds) -> String {
+    guarded(
+        format!(
+            "(({} > {fast} and {} > {fast}) or ({} > {slow} and {} > {slow}))",
+            burn("1h"),
+            burn("5m"),
+            burn("6h"),
+            burn("30m"),
+            fast = EntrySlo::FAST_BURN,
+            slow = EntrySlo::SLOW_BURN,
+        ),
+        "sum by (service, operation) (rate(stormglass_entry_requests_total[5m]))",
+        t,
+    )
+}
+
+/// The same over a report (one window: the fast rate): the entries whose `burn` is some,
+/// among those with the minimum traffic.
+fn busy_entries(
+    r: &Report,
+    t: &AlertThresholds,
+    burn: impl Fn(&crate::report::EntryFigures) -> Option<f64>,
+) -> Vec<Breach> {
+    r.entries
+        .iter()
+        .filter(|e| busy(r, e.requests as f64, t))
+        .filter_map(|e| {
+            let labels = labels(&[("service", &e.service), ("operation", &e.operation)]);
+            Some((labels, burn(e)?))
+        })
         .collect()
 }

@@ -68,6 +68,9 @@ pub struct AlertThresholds {
     /// idempotency key.
     pub writes_without_key_share: f64,
     pub orphan_work_seconds_per_minute: f64,
+    /// The entry requests' service level objective, whose error budget the burn-rate
+    /// alerts watch.
+    pub entry_slo: EntrySlo,
     /// Minimum traffic of a ratio alert: its denominator (the events the ratio is a share
     /// of) per minute. Below it, a ratio of a handful of events is noise and never fires.
     pub min_events_per_minute: f64,
@@ -193,6 +196,7 @@ impl Default for AlertThresholds {
             without_deadline_share: 0.1,
             writes_without_key_share: 0.1,
             orphan_work_seconds_per_minute: 1.0,
+            entry_slo: EntrySlo::default(),
             min_events_per_minute: 10.0,
             max_instances_per_rule: 50,
             latency_drift: 0.2,
@@ -200,6 +204,54 @@ impl Default for AlertThresholds {
             baseline_p999_ms: BTreeMap::new(),
             hold: BTreeMap::new(),
         }
+    }
+}
+
+/// `alerts.entry_slo.*`: what each entry operation promises its users. The budget is what
+/// it may miss: `1 - latency_share` of its requests slower than `latency_ms`, `error_rate`
+/// of them failed.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EntrySlo {
+    /// Requests answered within this are good.
+    pub latency_ms: f64,
+    /// The share of requests promised within `latency_ms`.
+    pub latency_share: f64,
+    /// The share of requests that may fail.
+    pub error_rate: f64,
+}
+
+impl Default for EntrySlo {
+    fn default() -> Self {
+        EntrySlo {
+            latency_ms: 1200.0,
+            latency_share: 0.95,
+            error_rate: 0.05,
+        }
+    }
+}
+
+impl EntrySlo {
+    /// How fast an error budget may burn before it pages: 2% of a 30-day budget in an
+    /// hour (14.4x), or 5% in six hours (6x), each confirmed over a window a twelfth as
+    /// long (the multiwindow rule of Google's SRE workbook).
+    pub const FAST_BURN: f64 = 14.4;
+    pub const SLOW_BURN: f64 = 6.0;
+
+    /// The `le` bound the latency objective is read at in PromQL: the largest bucket
+    /// bound at or below `latency_ms` (a request between it and the target counts as
+    /// slow, so a breach is never hidden), as the exporter writes it.
+    pub fn le(&self) -> String {
+        let seconds = self.latency_ms / 1e3;
+        let bounds = crate::histogram::le_bounds();
+        let bound = bounds
+            .iter()
+            .rev()
+            .find(|b| **b <= seconds)
+            .or(bounds.first())
+            .copied()
+            .unwrap_or(0.001);
+        bound.to_string()
     }
 }
 

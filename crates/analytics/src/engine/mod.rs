@@ -51,6 +51,9 @@ pub struct Params {
     pub retries: lineage::RetryRules,
     /// An edge's backoff is classified from this many retried calls on.
     pub backoff_min_calls: f64,
+    /// The entry SLO's latency target (`alerts.entry_slo.latency_ms`): entries report the
+    /// share of their requests within it.
+    pub slo_latency_ms: f64,
 }
 
 impl Default for Params {
@@ -64,6 +67,7 @@ impl Default for Params {
             clock_skew_threshold_ms: 10.0,
             retries: lineage::RetryRules::default(),
             backoff_min_calls: 10.0,
+            slo_latency_ms: crate::alerts::EntrySlo::default().latency_ms,
         }
     }
 }
@@ -88,6 +92,7 @@ impl Params {
             ("clock_tolerance_ms", self.clock_tolerance_ms),
             ("clock_skew_threshold_ms", self.clock_skew_threshold_ms),
             ("backoff_min_calls", self.backoff_min_calls),
+            ("slo_latency_ms", self.slo_latency_ms),
         ];
         let schema = Schema::new(
             fields

@@ -94,6 +94,7 @@ impl Config {
                 overlapping: self.retries.overlapping_resends,
             },
             backoff_min_calls: self.retries.backoff_min_calls as f64,
+            slo_latency_ms: self.alerts.entry_slo.latency_ms,
         }
     }
 }
@@ -559,6 +560,24 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
             "e.g. 10",
         ),
     ];
+    let slo = &config.alerts.entry_slo;
+    for (key, share) in [
+        ("alerts.entry_slo.latency_share", slo.latency_share),
+        ("alerts.entry_slo.error_rate", slo.error_rate),
+    ] {
+        if !(share > 0.0 && share < 1.0) {
+            errors.push((
+                key.to_owned(),
+                "must be a share in (0, 1), e.g. 0.95".to_owned(),
+            ));
+        }
+    }
+    if !(slo.latency_ms.is_finite() && slo.latency_ms > 0.0) {
+        errors.push((
+            "alerts.entry_slo.latency_ms".to_owned(),
+            "must be a duration in ms > 0, e.g. 1200".to_owned(),
+        ));
+    }
     for (service, ratio) in &config.sampling.ratios {
         if !(*ratio > 0.0 && *ratio <= 1.0) {
             errors.push((
