@@ -57,7 +57,7 @@
 --   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
 --   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
 --   logical_final_outcome, hidden, hedged, overlapped, inferred, other_instance, overlapping,
---   rerun_write, duplicate, prev_retry_after_ms, retry_after_violation
+--   rerun_write, duplicate, prev_retry_after_ms, retry_after_violation, response_code
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
@@ -92,7 +92,9 @@
 -- carrying none included: the callee cannot tell it repeats the first, so it is also an
 -- unsafe retry. duplicate: the attempt was answered as a repeat of a request already done
 -- (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming a duplicate), by its own span or its
--- callee's SERVER span. prev_retry_after_ms: the wait the previous attempt's answer asked
+-- callee's SERVER span. response_code: the code the attempt was answered with, kept raw
+-- (the callee's SERVER span's, else the attempt's own; null without either).
+-- prev_retry_after_ms: the wait the previous attempt's answer asked
 -- for (HTTP Retry-After, gRPC grpc-retry-pushback-ms; -1 for a pushback saying not to
 -- retry); retry_after_violation: a retry (not a hedge) started before that wait elapsed
 -- (from the previous attempt's end, by more than retries.overlap_tolerance_ms), or at all
@@ -126,7 +128,8 @@ WITH tries AS (
     s.logical_final_outcome, s.hidden, s.hedged, s.overlapped, s.inferred, s.other_instance,
     s.overlapping, s.rerun_write,
     COALESCE(s.duplicate, false) OR COALESCE(s.server_duplicate, false) AS duplicate,
-    s.prev_retry_after_ms, s.retry_after_violation
+    s.prev_retry_after_ms, s.retry_after_violation,
+    COALESCE(s.server_response_code, s.response_code) AS response_code
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -157,5 +160,5 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.upstream_edge, o.logical_attempts, o.logical_max_attempt, o.logical_start_ns,
   o.logical_end_ns, o.logical_final_outcome, o.hidden, o.hedged, o.overlapped, o.inferred,
   o.other_instance, o.overlapping, o.rerun_write, o.duplicate, o.prev_retry_after_ms,
-  o.retry_after_violation
+  o.retry_after_violation, o.response_code
 FROM tries o

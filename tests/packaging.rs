@@ -181,6 +181,6 @@ fn prometheusrule_is_the_generated_rules() {
         std::path::Path::new("promtool"),
         &["check", "rules", spec.to_str().unwrap()],
     );
-    assert!(checked.contains("SUCCESS: 83 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 86 rules found"), "{checked}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

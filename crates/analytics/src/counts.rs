@@ -135,6 +135,11 @@ counts! {
         labels: service;
         counts: received, baseline
     }
+    /// Attempts a layer received by the response code kept raw and the outcome class.
+    LayerResponses from "partial_layer_codes" {
+        labels: service, status_code, outcome;
+        counts: n
+    }
     /// Orphan pairs (work after the caller gave up) by how the callee's SERVER span ended.
     OrphanCount from "partial_orphans" {
         labels: caller, callee, operation, server_outcome;
@@ -304,6 +309,7 @@ pub struct IntervalCounts {
     pub attempts: Vec<AttemptCount>,
     pub entries: Vec<EntryCount>,
     pub layers: Vec<LayerCount>,
+    pub layer_responses: Vec<LayerResponses>,
     pub edges: Vec<EdgeCounts>,
     pub orphans: Vec<OrphanCount>,
     pub deadline_violations: Vec<DeadlineViolations>,
@@ -324,6 +330,7 @@ impl Partials {
             attempts: AttemptCount::read(self),
             entries: EntryCount::read(self),
             layers: LayerCount::read(self),
+            layer_responses: LayerResponses::read(self),
             edges: EdgeCounts::read(self),
             orphans: OrphanCount::read(self),
             deadline_violations: deadline_violations(FindingCount::read(self)),

@@ -47,6 +47,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_timeouts"),
     query!("partial_timeout_values"),
     query!("partial_layers"),
+    query!("partial_layer_codes"),
     query!("partial_latency"),
     query!("partial_edge_latency"),
     query!("partial_backoff"),

@@ -211,6 +211,10 @@ pub struct LayerFigures {
     /// `deadline`; null when it received none.
     #[serde(default)]
     pub timeout_rate: Option<f64>,
+    /// Of the attempts this layer received (entry requests aside), those not `ok`; the
+    /// counters keep their raw status codes (`stormglass_layer_responses_total`).
+    #[serde(default)]
+    pub error_rate: Option<f64>,
     /// The layer's latency per operation it served (`layer_operations.sql`): its
     /// [`MAX_LISTED_OPERATIONS`] busiest, by name.
     #[serde(default)]

@@ -721,6 +721,32 @@ async fn entry_slo_budgets_burn() {
     assert_eq!(burning(&r, "StormglassEntryLatencyBudgetBurn"), []);
 }
 
+/// Each layer's error share: in the storm every attempt api, svc and db receive fails
+/// (503 / UNAVAILABLE), so each is at 100% and StormglassLayerErrorRateHigh fires for the
+/// three; the gateway receives no attempts (its entry requests aside).
+#[tokio::test]
+async fn layer_error_rates() {
+    let mut s = Spans::default();
+    fixtures::storm(&mut s, 1);
+    let r = report(&s).await;
+    for service in ["api", "svc", "db"] {
+        assert_eq!(layer(&r, service).error_rate, Some(1.0), "{service}");
+    }
+    assert_eq!(layer(&r, "gateway").error_rate, None);
+    let mut firing: Vec<&str> = r
+        .alerts
+        .iter()
+        .filter(|a| a.name == "StormglassLayerErrorRateHigh")
+        .map(|a| a.labels["service"].as_str())
+        .collect();
+    firing.sort();
+    assert_eq!(firing, ["api", "db", "svc"]);
+    let mut healthy = Spans::default();
+    fixtures::healthy(&mut healthy, 1);
+    let r = report(&healthy).await;
+    assert!(r.layers.iter().all(|l| l.error_rate.unwrap_or(0.0) == 0.0));
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

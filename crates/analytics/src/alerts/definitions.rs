@@ -265,6 +265,37 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         },
     },
     AlertDefinition {
+        name: "StormglassLayerErrorRateHigh",
+        severity: "warning",
+        hold: Duration::from_secs(5 * 60),
+        summary: "{service}: {percent} of its attempts fail",
+        description: "{percent} of the attempts {service} receives fail (above \
+            alerts.layer_error_rate {threshold}, or alerts.layer_error_jump above the same \
+            share a week earlier): stormglass_layer_responses_total says with which status \
+            codes, and its callers' retries multiply the load it fails under.",
+        threshold: |t| t.layer_error_rate,
+        expr: |t| {
+            let share = "stormglass:layer_error:ratio_rate5m";
+            guarded(
+                format!(
+                    "({share} > {} or ({share} and {share} - ({share} offset 1w) > {}))",
+                    t.layer_error_rate, t.layer_error_jump
+                ),
+                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
+                t,
+            )
+        },
+        condition: |r, t| {
+            busy_layers(
+                r,
+                t,
+                |l| l.error_rate,
+                |l| l.requests as f64,
+                |v| v > t.layer_error_rate,
+            )
+        },
+    },
+    AlertDefinition {
         name: "StormglassLatencyDrift",
         severity: "warning",
         hold: Duration::from_secs(30 * 60),

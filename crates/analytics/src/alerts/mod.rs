@@ -61,6 +61,11 @@ pub struct AlertThresholds {
     /// `StormglassTimeoutRateHigh`: the share of the attempts a layer receives that end in
     /// `deadline`.
     pub timeout_rate: f64,
+    /// `StormglassLayerErrorRateHigh`: the share of the attempts a layer receives that are
+    /// not `ok`, as an absolute line...
+    pub layer_error_rate: f64,
+    /// ...and as a jump: points above the same share a week earlier (Prometheus only).
+    pub layer_error_jump: f64,
     /// `StormglassCallsWithoutDeadline`: the share of an edge's served attempts with no
     /// deadline on either side.
     pub without_deadline_share: f64,
@@ -193,6 +198,8 @@ impl Default for AlertThresholds {
             retries_per_minute: 50.0,
             tail_ratio: 2.0,
             timeout_rate: 0.05,
+            layer_error_rate: 0.05,
+            layer_error_jump: 0.02,
             without_deadline_share: 0.1,
             writes_without_key_share: 0.1,
             orphan_work_seconds_per_minute: 1.0,
@@ -454,6 +461,14 @@ pub fn recording_rules() -> Vec<(&'static str, String)> {
             "histogram_quantile(0.999, sum by (service, le) \
              (rate(stormglass_layer_duration_seconds_bucket[5m])))"
                 .to_owned(),
+        ),
+        (
+            "stormglass:layer_error:ratio_rate5m",
+            ratio(
+                "sum by (service) (rate(stormglass_layer_responses_total{outcome!=\"ok\"}[5m]))"
+                    .to_owned(),
+                "sum by (service) (rate(stormglass_layer_responses_total[5m]))",
+            ),
         ),
         (
             "stormglass:entry_error:ratio_rate5m",

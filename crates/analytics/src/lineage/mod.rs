@@ -35,7 +35,7 @@
 //! | `edge`, `upstream_edge` | the attempt's (caller, callee, operation) as an integer key of `edge_names` (one row per edge: edge, caller, callee, operation), and its upstream attempt's when that is an attempt: the partials group and join on these instead of three strings |
 //! | `call_anchor_deadline_ms`, `call_anchor_start_ns` | the anchor of the parent call span (the budget the whole call had to fit in), when the parent is one |
 //! | `call_parent_span_id`, `call_attempt`, `call_deadline_ms`, `call_idempotent`, `call_has_idempotency_key`, `call_is_write`, `call_idempotency_key_hash` | those columns of the parent, when it is a call span (else null) |
-//! | `server_span_id`, `server_service`, `server_start_ns`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms`, `server_idempotency_hit`, `server_duplicate` | those columns of the attempt's first SERVER child by start (else null) |
+//! | `server_span_id`, `server_service`, `server_start_ns`, `server_end_ns`, `server_outcome`, `server_pending`, `server_ctx_cancelled`, `server_deadline_ms`, `server_idempotency_hit`, `server_duplicate`, `server_response_code` | those columns of the attempt's first SERVER child by start (else null) |
 //! | `numbered` | the span carries an attempt number of its own |
 //! | `hidden` | a SERVER attempt without a number of its own (a re-send, or an uninstrumented caller's call) |
 //! | `hedged` | a SERVER attempt started before an earlier attempt of its call had ended, read as a hedge (see [`races`]) |

@@ -24,7 +24,7 @@ pub(super) const CALL_COLUMNS: [&str; 7] = [
 ];
 
 /// Span columns copied from the first SERVER child, and their names there.
-pub(super) const SERVER_COLUMNS: [(&str, &str); 10] = [
+pub(super) const SERVER_COLUMNS: [(&str, &str); 11] = [
     (col::SPAN_ID, "server_span_id"),
     (col::SERVICE_NAME, "server_service"),
     (col::START_NS, "server_start_ns"),
@@ -35,6 +35,7 @@ pub(super) const SERVER_COLUMNS: [(&str, &str); 10] = [
     (col::DEADLINE_MS, "server_deadline_ms"),
     (col::IDEMPOTENCY_HIT, "server_idempotency_hit"),
     (col::DUPLICATE, "server_duplicate"),
+    (col::RESPONSE_CODE, "server_response_code"),
 ];
 
 /// A field of the span schema.
@@ -112,7 +113,7 @@ pub static ANALYSED_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 /// Columns of `lineage` that `lineage_attempts` carries for each attempt: what `attempts`
 /// reads.
-pub(super) const ATTEMPT_COLUMNS: [&str; 27] = [
+pub(super) const ATTEMPT_COLUMNS: [&str; 28] = [
     col::TRACE_ID,
     col::SPAN_ID,
     col::PARENT_SPAN_ID,
@@ -129,6 +130,7 @@ pub(super) const ATTEMPT_COLUMNS: [&str; 27] = [
     col::IDEMPOTENCY_KEY_HASH,
     col::WEIGHT,
     col::DUPLICATE,
+    col::RESPONSE_CODE,
     "upstream_retry",
     "anchor_deadline_ms",
     "anchor_start_ns",

@@ -24,7 +24,14 @@ pub(super) fn edge_count_family(i: usize) -> usize {
 }
 
 /// Labels whose values come from the spans (unbounded sets; folded on overflow).
-pub(super) const IDENTITY: [&str; 5] = ["caller", "callee", "service", "operation", "cause"];
+pub(super) const IDENTITY: [&str; 6] = [
+    "caller",
+    "callee",
+    "service",
+    "operation",
+    "cause",
+    "status_code",
+];
 
 pub(super) const EDGE: &[&str] = &["caller", "callee", "operation"];
 pub(super) const SERVICE: &[&str] = &["service"];
@@ -116,6 +123,11 @@ families! {
             "stormglass_layer_baseline_attempts_total",
             "Attempts a layer would have received with no retry anywhere upstream.",
             SERVICE,
+        ),
+        LayerResponses => spec(
+            "stormglass_layer_responses_total",
+            "Attempts a layer received (entry requests aside) by the response code kept raw (an HTTP status as its number, a gRPC status by its name, none without either) and the outcome class: the layer's error share with the codes behind it.",
+            &["service", "status_code", "outcome"],
         ),
         OrphanPairs => spec(
             "stormglass_orphan_pairs_total",

@@ -217,6 +217,10 @@ impl FigureMetrics {
                 r.baseline,
             );
         }
+        for r in &counts.layer_responses {
+            let labels = vec![r.service.clone(), r.status_code.clone(), r.outcome.clone()];
+            add(Counter::LayerResponses as usize, labels, r.n);
+        }
         for r in &counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
             for (i, (count, v)) in EDGE_COUNTS.iter().zip(&r.values).enumerate() {
