@@ -279,6 +279,14 @@ pub fn dashboards() -> Vec<Dashboard> {
                     .unit("percentunit")
                     .share()
                     .query(r#"sum by (callee) (rate(stormglass_attempts_total{$series,callee=~"$service",outcome="deadline"}[$__rate_interval])) / (sum by (callee) (rate(stormglass_attempts_total{$series,callee=~"$service"}[$__rate_interval])) > 0)"#, "{{callee}}"),
+                timeseries(
+                    "Failures by status code",
+                    "Of the attempts a layer received from its callers, the share that failed, per raw status code (503, UNAVAILABLE, 409; none where the caller gave up before an answer), stacked to the layer's error share (error_rate). Above the dashed alert threshold (5% by default, from stormglass' configuration): StormglassLayerErrorRateHigh.",
+                )
+                    .unit("percentunit")
+                    .share()
+                    .query(r#"sum by (service, status_code) (rate(stormglass_layer_responses_total{$series,service=~"$service",outcome!="ok"}[$__rate_interval])) / ignoring (status_code) group_left sum by (service) (rate(stormglass_layer_responses_total{$series,service=~"$service"}[$__rate_interval]))"#, "{{service}} {{status_code}}")
+                    .alert_line(r#"max(stormglass_alert_threshold{$series,alert="StormglassLayerErrorRateHigh"})"#),
             ],
         },
         Dashboard {
