@@ -1071,6 +1071,44 @@ fn a_wide_mesh_stays_readable_and_judged_per_operation() {
     }
 }
 
+/// Advice at width: the text lists the worst 200 edges and says so (as `analyze` does),
+/// `--limit` lists fewer; the JSON (the policy `replay` reads) and the emitted
+/// configurations keep every edge whatever the limit.
+#[test]
+fn advice_at_width_lists_the_worst_and_configures_all() {
+    let (_, mesh, file) = wide_mesh_file("wide-advice");
+    let advise = |args: &[&str]| {
+        let mut all = vec!["advise"];
+        all.extend_from_slice(args);
+        all.push(path(&file));
+        let (ok, out, stderr) = stormglass(&all);
+        assert!(ok, "{stderr}");
+        out
+    };
+    let text = advise(&[]);
+    let header = format!("The worst 200 of {} edges", mesh.edges.len());
+    assert!(
+        text.starts_with(&header),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    let rows = |t: &str| t.lines().filter(|l| l.contains(" -> ")).count();
+    assert_eq!(rows(&text), 200);
+    assert_eq!(rows(&advise(&["--limit", "10"])), 10);
+    let json: Value =
+        serde_json::from_str(&advise(&["--format", "json", "--limit", "10"])).unwrap();
+    assert_eq!(json["edges"].as_array().unwrap().len(), mesh.edges.len());
+    // The budget table: one entry per (caller, callee) pair, each edge of the mesh its own.
+    let budget = advise(&["--format", "budget", "--limit", "10"]);
+    let pairs = budget.lines().filter(|l| l.contains("caller:")).count();
+    assert_eq!(
+        pairs,
+        mesh.edges.len(),
+        "{}",
+        &budget[..300.min(budget.len())]
+    );
+}
+
 /// The built-in page at width: over a live window of the 400-service mesh it asks for the
 /// worst 50 edges, draws them and their services in headless Chromium (no error), and says
 /// how many edges the window holds. Needs Debian's chromium and tests/js's packages

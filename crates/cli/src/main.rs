@@ -86,25 +86,8 @@ enum Command {
     Analyze {
         #[command(flatten)]
         input: SpanFiles,
-        /// List everything: every edge and layer (by default the worst 200: `--limit`),
-        /// and every orphan pair in the table, not only the 20 with the most work after
-        /// cancel.
-        #[arg(long)]
-        all: bool,
-        /// How many edges and layers to list, the worst first (failed plus retried
-        /// attempts; layers by requests above their baseline); the report's `listing` says
-        /// how many there are.
-        #[arg(long, default_value_t = stormglass_analytics::report::DEFAULT_LIMIT)]
-        limit: usize,
-        /// Only the calls in and out of this service, and its layer.
-        #[arg(long)]
-        service: Option<String>,
-        /// Only the calls this service makes.
-        #[arg(long)]
-        caller: Option<String>,
-        /// Only the calls to this service.
-        #[arg(long)]
-        callee: Option<String>,
+        #[command(flatten)]
+        listing: Listing,
         /// A deploy gate: after printing the report, exit 1 when a finding or an alert
         /// condition (without its `for:`) holds at or above LEVEL (info, warning, critical),
         /// or when one of the named findings or alerts does (`unsafe_retry,
@@ -127,6 +110,11 @@ enum Command {
         /// Configuration file (advice.timeout_factor, advice.min_backoff_ms).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// What the text lists (JSON, the policy other commands read, and the emitted
+        /// configurations cover every edge the filters select, whatever the limit: cut
+        /// short, they would leave edges without their settings).
+        #[command(flatten)]
+        listing: Listing,
     },
     /// Replay the observed calls under a retry policy (the JSON of `advise --format json`):
     /// per edge the retries it would have dropped (past its attempts, then past its
@@ -328,6 +316,42 @@ struct LoadArgs {
 #[error("{0}")]
 pub(crate) struct CheckFailed(pub String);
 
+/// What `analyze` and `advise` list: the worst edges and layers, or everything, around a
+/// service.
+#[derive(clap::Args)]
+struct Listing {
+    /// List everything: every edge and layer (by default the worst 200: `--limit`),
+    /// and every orphan pair in the table, not only the 20 with the most work after
+    /// cancel.
+    #[arg(long)]
+    all: bool,
+    /// How many edges and layers to list, the worst first (failed plus retried
+    /// attempts; layers by requests above their baseline); the report's `listing` says
+    /// how many there are.
+    #[arg(long, default_value_t = stormglass_analytics::report::DEFAULT_LIMIT)]
+    limit: usize,
+    /// Only the calls in and out of this service, and its layer.
+    #[arg(long)]
+    service: Option<String>,
+    /// Only the calls this service makes.
+    #[arg(long)]
+    caller: Option<String>,
+    /// Only the calls to this service.
+    #[arg(long)]
+    callee: Option<String>,
+}
+
+impl Listing {
+    fn selection(self) -> stormglass_analytics::report::Selection {
+        stormglass_analytics::report::Selection {
+            limit: (!self.all).then_some(self.limit.max(1)),
+            service: self.service,
+            caller: self.caller,
+            callee: self.callee,
+        }
+    }
+}
+
 /// The span files `analyze` and `whatif` read, and how they print.
 #[derive(clap::Args)]
 struct SpanFiles {
@@ -363,19 +387,11 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Analyze {
             input,
-            all,
-            limit,
-            service,
-            caller,
-            callee,
+            listing,
             fail_on,
         } => offline(input.config, |config| async move {
-            let selection = stormglass_analytics::report::Selection {
-                limit: (!all).then_some(limit.max(1)),
-                service,
-                caller,
-                callee,
-            };
+            let all = listing.all;
+            let selection = listing.selection();
             offline::analyze(
                 &config,
                 &input.files,
@@ -390,8 +406,9 @@ fn main() -> ExitCode {
             files,
             format,
             config,
+            listing,
         } => offline(config, |config| async move {
-            offline::advise(&config, &files, format).await
+            offline::advise(&config, &files, format, listing.selection()).await
         }),
         Command::Replay { policy, input } => offline(input.config, |config| async move {
             offline::replay(&config, &input.files, &policy, input.format).await

@@ -148,14 +148,27 @@ pub fn read_policy(path: &Path) -> anyhow::Result<stormglass_analytics::advice::
 }
 
 /// `stormglass advise FILE|DIR...`: the advice for the files' traffic.
+/// The advice in `format`: the text lists what `selection` selects (as `analyze` does, the
+/// worst 200 edges by default, with the totals); JSON (the policy `replay`, `whatif` and
+/// `demo` read) and the configurations cover every edge its filters select, whatever its
+/// limit: a policy or a configuration cut short would leave edges without their settings.
 pub async fn advise(
     config: &Config,
     paths: &[PathBuf],
     format: AdviceFormat,
+    selection: Selection,
 ) -> anyhow::Result<()> {
     let report = report(config, paths).await?;
     let params = stormglass_analytics::advice::AdviceParams::from(&config.params());
     let advice = stormglass_analytics::advice::advise(&report, &params);
+    let selection = match format {
+        AdviceFormat::Text => selection,
+        _ => Selection {
+            limit: None,
+            ..selection
+        },
+    };
+    let advice = advice.listed(&report.select(&selection));
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).map(|t| t + "\n");
     let text = match format {
         AdviceFormat::Text => table::advice(&advice),

@@ -40,6 +40,17 @@ fn grid(headers: &[&str], rows: &[Vec<String>]) -> String {
 /// Orphan pairs the table lists unless told to list all: the largest by work after cancel.
 pub const LISTED_ORPHANS: usize = 20;
 
+/// The line saying a list was cut to its worst entries, and how to see the rest.
+fn listed(listing: Option<&stormglass_analytics::report::Listing>) -> String {
+    match listing {
+        Some(l) if l.truncated => format!(
+            "The worst {} of {} edges and {} of {} layers ({}); --limit N or --all for more.\n\n",
+            l.edges_listed, l.edges, l.layers_listed, l.layers, l.order
+        ),
+        _ => String::new(),
+    }
+}
+
 pub fn report(r: &Report, all_orphans: bool) -> String {
     let mut out = String::new();
     let w = &r.window;
@@ -53,6 +64,7 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
         r.traces.entry_requests,
         r.traces.multi_layer_retry_traces
     );
+    out += &listed(r.listing.as_ref());
 
     let _ = writeln!(out, "Edges (caller -> callee operation)");
     let rows: Vec<Vec<String>> = r
@@ -301,7 +313,8 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
 /// `stormglass advise`: each edge's advised settings and why, each layer's amplification
 /// observed and under the advice, and the budgets the advice cannot fit in.
 pub fn advice(a: &stormglass_analytics::advice::Advice) -> String {
-    let mut out = String::from("Edges\n");
+    let mut out = listed(a.listing.as_ref());
+    out += "Edges\n";
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v} ms"));
     let rows: Vec<Vec<String>> = a
         .edges
