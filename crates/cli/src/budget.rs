@@ -324,20 +324,24 @@ pub struct Observed {
     pub callee_p999_ms: Option<f64>,
     /// (served attempts, those longer than the declared timeout), for declared edges.
     pub served: Option<(f64, f64)>,
+    /// The shortest median backoff of the pair's operations (ms), where its retries waited.
+    pub backoff_median_ms: Option<f64>,
 }
 
 /// The violations of a table against traffic: a timeout below the callee's P99.9 (error,
 /// with the share of calls it kills) or below P99.9 x `timeout_factor` (warning), more
-/// attempts than declared (policy drift, error), an edge in traffic not declared (warning).
+/// attempts than declared (policy drift, error), retries waiting less than the declared
+/// backoff (a median under half of it: warning), an edge in traffic not declared (warning).
 pub fn against(declared: &Declared, observed: &[Observed], timeout_factor: f64) -> Vec<Violation> {
+    // By pair, the first declared entry: one lookup per observed edge, not a scan.
+    let mut by_pair: BTreeMap<(&str, &str), &Edge> = BTreeMap::new();
+    for e in &declared.edges {
+        by_pair.entry((&e.caller, &e.callee)).or_insert(e);
+    }
     let mut found = Vec::new();
     for o in observed {
         let name = format!("{} -> {}", o.caller, o.callee);
-        let Some(e) = declared
-            .edges
-            .iter()
-            .find(|e| e.caller == o.caller && e.callee == o.callee)
-        else {
+        let Some(e) = by_pair.get(&(o.caller.as_str(), o.callee.as_str())) else {
             found.push(Violation {
                 level: Level::Warning,
                 kind: "undeclared_edge",
@@ -380,6 +384,19 @@ pub fn against(declared: &Declared, observed: &[Observed], timeout_factor: f64) 
                 message: format!(
                     "{name} made up to {} attempts per call; {} declared",
                     o.max_attempts, e.attempts
+                ),
+            });
+        }
+        if let Some(median) = o.backoff_median_ms
+            && e.backoff_ms > 0.0
+            && median < e.backoff_ms / 2.0
+        {
+            found.push(Violation {
+                level: Level::Warning,
+                kind: "backoff_below_declared",
+                message: format!(
+                    "{name}: retries waited a median {median:.0} ms; {} ms of backoff declared",
+                    e.backoff_ms
                 ),
             });
         }
@@ -555,10 +572,15 @@ extra: 1
 
     /// Traffic: a timeout under the callee's P99.9 is an error saying what it kills; one
     /// without margin a warning; more attempts than declared an error; an undeclared edge a
+    /// warning; retries waiting a median 20 ms where 100 ms of backoff is declared a
     /// warning.
     #[test]
     fn against_traffic() {
-        let t = table(ISSUE).unwrap();
+        let t = table(&ISSUE.replace(
+            "{caller: gateway, callee: order, timeout: 800ms}",
+            "{caller: gateway, callee: order, timeout: 800ms, attempts: 2, backoff: 100ms}",
+        ))
+        .unwrap();
         let seen = |caller: &str, callee: &str, attempts: u32, p999: f64| Observed {
             caller: caller.into(),
             callee: callee.into(),
@@ -567,6 +589,7 @@ extra: 1
             recommended_timeout_ms: None,
             callee_p999_ms: Some(p999),
             served: Some((20.0, 5.0)),
+            backoff_median_ms: None,
         };
         let found = against(
             &t,
@@ -575,6 +598,10 @@ extra: 1
                 seen("order", "payment", 1, 300.0),
                 seen("order", "inventory", 3, 100.0),
                 seen("order", "audit", 1, 10.0),
+                Observed {
+                    backoff_median_ms: Some(20.0),
+                    ..seen("gateway", "order", 2, 100.0)
+                },
             ],
             1.5,
         );
@@ -586,6 +613,7 @@ extra: 1
                 "warning timeout_without_margin: order -> payment: the declared 400 ms is below payment's P99.9 of 300 ms x 1.5 = 450 ms",
                 "error policy_drift: order -> inventory made up to 3 attempts per call; 1 declared",
                 "warning undeclared_edge: order -> audit is in the traffic but not declared",
+                "warning backoff_below_declared: gateway -> order: retries waited a median 20 ms; 100 ms of backoff declared",
             ]
         );
     }

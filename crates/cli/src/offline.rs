@@ -314,12 +314,13 @@ async fn observed_edges(ctx: &SessionContext) -> anyhow::Result<Vec<budget::Obse
         timeout_ms: Option<f64>,
         recommended_timeout_ms: Option<f64>,
         callee_p999_ms: Option<f64>,
+        backoff_median_ms: Option<f64>,
     }
     let rows: Vec<Row> = sql_rows(
         ctx,
         "SELECT caller, callee, MAX(max_attempt) AS max_attempt, MAX(timeout_ms) AS timeout_ms, \
          MAX(recommended_timeout_ms) AS recommended_timeout_ms, \
-         MAX(callee_p999_ms) AS callee_p999_ms \
+         MAX(callee_p999_ms) AS callee_p999_ms, MIN(backoff_median_ms) AS backoff_median_ms \
          FROM edges WHERE caller <> 'unknown' GROUP BY caller, callee ORDER BY caller, callee",
     )
     .await?;
@@ -333,6 +334,7 @@ async fn observed_edges(ctx: &SessionContext) -> anyhow::Result<Vec<budget::Obse
             recommended_timeout_ms: r.recommended_timeout_ms,
             callee_p999_ms: r.callee_p999_ms,
             served: None,
+            backoff_median_ms: r.backoff_median_ms,
         })
         .collect())
 }
