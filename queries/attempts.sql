@@ -57,7 +57,8 @@
 --   has_cause, row_id, root_row, upstream_attempt_row, edge, upstream_edge,
 --   logical_attempts, logical_max_attempt, logical_start_ns, logical_end_ns,
 --   logical_final_outcome, hidden, hedged, overlapped, inferred, other_instance, overlapping,
---   rerun_write, duplicate, prev_retry_after_ms, retry_after_violation, response_code
+--   rerun_write, duplicate, prev_retry_after_ms, retry_after_violation, response_code,
+--   unknown_result_ms, unknown_unresolved
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
@@ -94,6 +95,9 @@
 -- (HTTP 409, gRPC ALREADY_EXISTS, an error.type naming a duplicate), by its own span or its
 -- callee's SERVER span. response_code: the code the attempt was answered with, kept raw
 -- (the callee's SERVER span's, else the attempt's own; null without either).
+-- unknown_result_ms / unknown_unresolved: a keyed write its caller gave up on (deadline,
+-- cancelled): how long until a later span with its key answered (ok, or a duplicate), or
+-- that none in its trace did (lineage/unknowns.rs).
 -- prev_retry_after_ms: the wait the previous attempt's answer asked
 -- for (HTTP Retry-After, gRPC grpc-retry-pushback-ms; -1 for a pushback saying not to
 -- retry); retry_after_violation: a retry (not a hedge) started before that wait elapsed
@@ -129,7 +133,8 @@ WITH tries AS (
     s.overlapping, s.rerun_write,
     COALESCE(s.duplicate, false) OR COALESCE(s.server_duplicate, false) AS duplicate,
     s.prev_retry_after_ms, s.retry_after_violation,
-    COALESCE(s.server_response_code, s.response_code) AS response_code
+    COALESCE(s.server_response_code, s.response_code) AS response_code,
+    s.unknown_result_ms, s.unknown_unresolved
   -- the attempts' rows of lineage (a call span is not an attempt; its numbered children
   -- are), with the columns of the spans each is linked to
   FROM lineage_attempts s
@@ -160,5 +165,5 @@ SELECT o.trace_id, o.span_id, o.parent_span_id, o.calling_span_id, o.logical_cal
   o.upstream_edge, o.logical_attempts, o.logical_max_attempt, o.logical_start_ns,
   o.logical_end_ns, o.logical_final_outcome, o.hidden, o.hedged, o.overlapped, o.inferred,
   o.other_instance, o.overlapping, o.rerun_write, o.duplicate, o.prev_retry_after_ms,
-  o.retry_after_violation, o.response_code
+  o.retry_after_violation, o.response_code, o.unknown_result_ms, o.unknown_unresolved
 FROM tries o

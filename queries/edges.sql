@@ -65,6 +65,11 @@
 --   backoff_jitter          the coefficient of variation of the gaps at the retry number
 --                           with the most retries among those that waited
 --   backoff_per_call_ms     all gaps / retried calls: the wait a retried call spent
+--   unknown_results         keyed writes the caller gave up on (deadline, cancelled): a sum
+--   unknown_result_seconds  the mean time until a later span with the key answered, over
+--                           those answered (null without)
+--   unknown_results_over_limit  those answered after more than idempotency.unknown_after,
+--                           or not at all: a sum
 --   retry_after_violations  retries started before the previous answer's Retry-After or
 --                           gRPC pushback elapsed, or after a pushback saying not to: a sum
 --   retries_to_other_instance  retries that reached another instance than the attempt
@@ -89,7 +94,8 @@
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   per_try_timeout_retries, overlapping_retries, overlapping_write_retries, rerun_writes,
 --   duplicate_rejections, retry_after_violations, retries_to_other_instance, backoff,
---   backoff_median_ms, backoff_growth, backoff_jitter, backoff_per_call_ms
+--   backoff_median_ms, backoff_growth, backoff_jitter, backoff_per_call_ms, unknown_results,
+--   unknown_result_seconds, unknown_results_over_limit
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
@@ -120,6 +126,9 @@ WITH e AS (
     SUM(rerun_writes) AS rerun_writes,
     SUM(duplicate_rejections) AS duplicate_rejections,
     SUM(retry_after_violations) AS retry_after_violations,
+    SUM(unknown_results) AS unknown_results, SUM(unknown_resolved) AS unknown_resolved,
+    SUM(unknown_result_ms_total) AS unknown_result_ms_total,
+    SUM(unknown_results_over_limit) AS unknown_results_over_limit,
     SUM(instance_retries) AS instance_retries,
     SUM(other_instance_retries) AS other_instance_retries
   FROM p_edges
@@ -272,7 +281,11 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   bo.median_ms AS backoff_median_ms,
   bo.growth AS backoff_growth,
   bo.jitter AS backoff_jitter,
-  ROUND(bo.total_ms / NULLIF(e.retried_calls, 0), 3) AS backoff_per_call_ms
+  ROUND(bo.total_ms / NULLIF(e.retried_calls, 0), 3) AS backoff_per_call_ms,
+  CAST(ROUND(e.unknown_results) AS BIGINT) AS unknown_results,
+  ROUND(e.unknown_result_ms_total / NULLIF(e.unknown_resolved, 0) / 1e3, 6)
+    AS unknown_result_seconds,
+  CAST(ROUND(e.unknown_results_over_limit) AS BIGINT) AS unknown_results_over_limit
 FROM params p
 CROSS JOIN e
 LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation

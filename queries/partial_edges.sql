@@ -45,6 +45,10 @@
 -- as a duplicate: HTTP 409, gRPC ALREADY_EXISTS, an error.type naming one);
 -- backoff_retries and backoff_ms_total (retries, hedges aside, after an attempt that ended,
 -- and the gaps they waited, floored at 0: the mean backoff summed across instances);
+-- unknown_results (keyed writes the caller gave up on: their result unknown),
+-- unknown_resolved and unknown_result_ms_total (those a later span with the key answered,
+-- and how long after), unknown_results_over_limit (those answered after more than
+-- params.unknown_after_ms, or not at all);
 -- retry_after_violations (retries started before the wait the previous answer asked for
 -- elapsed, or after a pushback saying not to retry);
 -- instance_retries and other_instance_retries: retries whose
@@ -70,7 +74,8 @@
 --   caused_retries, write_attempts, declared_writes, served_attempts, hidden_attempts,
 --   inferred_attempts, hedged_attempts, per_try_timeout_retries, overlapping_retries,
 --   overlapping_write_retries, rerun_writes, duplicate_rejections,
---   retry_after_violations, backoff_retries, backoff_ms_total,
+--   retry_after_violations, backoff_retries, backoff_ms_total, unknown_results,
+--   unknown_resolved, unknown_result_ms_total, unknown_results_over_limit,
 --   instance_retries,
 --   other_instance_retries,
 --   unsafe_retries, timeout_retries_on_writes, immediate_retries, non_retryable_retries,
@@ -140,6 +145,13 @@ at AS (
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND a.duplicate AND a.non_idempotent), 0.0)
       AS duplicate_rejections,
     COALESCE(SUM(a.weight) FILTER (WHERE a.retry_after_violation), 0.0) AS retry_after_violations,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.unknown_result_ms IS NOT NULL
+      OR a.unknown_unresolved), 0.0) AS unknown_results,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.unknown_result_ms IS NOT NULL), 0.0)
+      AS unknown_resolved,
+    COALESCE(SUM(a.weight * a.unknown_result_ms), 0.0) AS unknown_result_ms_total,
+    COALESCE(SUM(a.weight) FILTER (WHERE a.unknown_unresolved
+      OR a.unknown_result_ms > p.unknown_after_ms), 0.0) AS unknown_results_over_limit,
     COALESCE(SUM(a.weight) FILTER (WHERE a.attempt >= 1 AND NOT a.hedged
       AND a.backoff_ms IS NOT NULL), 0.0) AS backoff_retries,
     COALESCE(SUM(a.weight * GREATEST(a.backoff_ms, 0.0)) FILTER (WHERE a.attempt >= 1
@@ -189,7 +201,8 @@ SELECT n.caller, n.callee, n.operation,
   at.served_attempts, at.hidden_attempts, at.inferred_attempts, at.hedged_attempts,
   at.per_try_timeout_retries, at.overlapping_retries, at.overlapping_write_retries,
   at.rerun_writes, at.duplicate_rejections, at.retry_after_violations,
-  at.backoff_retries, at.backoff_ms_total,
+  at.backoff_retries, at.backoff_ms_total, at.unknown_results, at.unknown_resolved,
+  at.unknown_result_ms_total, at.unknown_results_over_limit,
   at.instance_retries, at.other_instance_retries,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   at.non_retryable_retries, at.retries_after_deadline, at.unstable_key_retries,

@@ -198,6 +198,30 @@ pub static EDGE_COUNTS: &[EdgeCount] = &[
         help: "Retries started before the wait the previous answer asked for elapsed (HTTP Retry-After, gRPC grpc-retry-pushback-ms), or after a pushback that said not to retry.",
     },
     EdgeCount {
+        column: "unknown_results",
+        counter: "unknown_results",
+        unit: Unit::Count,
+        help: "Keyed writes the caller gave up on (deadline, cancelled): whether they applied is unknown until a later span with the key answers.",
+    },
+    EdgeCount {
+        column: "unknown_resolved",
+        counter: "unknown_results_answered",
+        unit: Unit::Count,
+        help: "Those a later span with the same key answered (ok, or a duplicate).",
+    },
+    EdgeCount {
+        column: "unknown_result_ms_total",
+        counter: "unknown_result_seconds",
+        unit: Unit::Milliseconds,
+        help: "Sum of the times from a given-up keyed write's end to the later answer with its key: divided by stormglass_unknown_results_answered_total, how long a result stays unknown.",
+    },
+    EdgeCount {
+        column: "unknown_results_over_limit",
+        counter: "unknown_results_over_limit",
+        unit: Unit::Count,
+        help: "Given-up keyed writes answered after more than idempotency.unknown_after, or not at all in their trace.",
+    },
+    EdgeCount {
         column: "key_writes",
         counter: "key_writes",
         unit: Unit::Count,

@@ -173,6 +173,16 @@ pub struct EdgeFigures {
     /// findings.
     #[serde(default)]
     pub retry_after_violations: u64,
+    /// Keyed writes the caller gave up on (deadline, cancelled): their result unknown.
+    #[serde(default)]
+    pub unknown_results: u64,
+    /// The mean time until a later span with the key answered (ok, or a duplicate), over
+    /// those answered.
+    #[serde(default)]
+    pub unknown_result_seconds: Option<f64>,
+    /// Those answered after more than `idempotency.unknown_after`, or not at all.
+    #[serde(default)]
+    pub unknown_results_over_limit: u64,
     /// How the edge's retries wait: `none`, `constant`, `exponential` or
     /// `exponential_jitter`; null below `retries.backoff_min_calls` retried calls.
     #[serde(default)]

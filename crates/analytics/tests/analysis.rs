@@ -747,6 +747,21 @@ async fn layer_error_rates() {
     assert!(r.layers.iter().all(|l| l.error_rate.unwrap_or(0.0) == 0.0));
 }
 
+/// A keyed write given up on stays unknown until a later span of its trace with its key
+/// answers (ok, or a duplicate): 4 answered after 0.1, 0.3, 0.15 and 70 s, one never; two
+/// past the minute of idempotency.unknown_after.
+#[tokio::test]
+async fn unknown_results_until_the_key_answers() {
+    let mut s = Spans::default();
+    fixtures::unknown_results(&mut s, 1);
+    let r = report(&s).await;
+    let e = edge(&r, "app", "orders");
+    assert_eq!(e.unknown_results, 5);
+    let seconds = e.unknown_result_seconds.unwrap();
+    assert!((seconds - 17.6375).abs() < 1e-6, "{seconds}");
+    assert_eq!(e.unknown_results_over_limit, 2);
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

@@ -305,3 +305,9 @@ async fn golden_pacing() {
 async fn golden_backoff() {
     check("backoff", fixtures::backoff).await;
 }
+
+/// Golden tables of how long given-up writes' results stay unknown.
+#[tokio::test]
+async fn golden_unknown_results() {
+    check("unknown_results", fixtures::unknown_results).await;
+}

@@ -54,6 +54,9 @@ pub struct Params {
     /// The entry SLO's latency target (`alerts.entry_slo.latency_ms`): entries report the
     /// share of their requests within it.
     pub slo_latency_ms: f64,
+    /// A given-up write's result unknown longer than this (`idempotency.unknown_after`)
+    /// is counted in `unknown_results_over_limit`.
+    pub unknown_after_ms: f64,
 }
 
 impl Default for Params {
@@ -68,6 +71,7 @@ impl Default for Params {
             retries: lineage::RetryRules::default(),
             backoff_min_calls: 10.0,
             slo_latency_ms: crate::alerts::EntrySlo::default().latency_ms,
+            unknown_after_ms: 60_000.0,
         }
     }
 }
@@ -93,6 +97,7 @@ impl Params {
             ("clock_skew_threshold_ms", self.clock_skew_threshold_ms),
             ("backoff_min_calls", self.backoff_min_calls),
             ("slo_latency_ms", self.slo_latency_ms),
+            ("unknown_after_ms", self.unknown_after_ms),
         ];
         let schema = Schema::new(
             fields

@@ -15,12 +15,13 @@ use stormglass_model::schema as col;
 
 use super::Node;
 use super::calls::{CallSlot, callee_hint};
-use super::reruns::rerun_writes;
-use super::rows::column;
+use super::reruns::{Writes, rerun_writes};
+use super::rows::{column, trace_int};
 use super::schema::{
     ANALYSED_LINEAGE_SCHEMA, ATTEMPT_COLUMNS, ATTEMPT_LINEAGE_SCHEMA, CALL_COLUMNS, Detail,
     EDGE_NAMES_SCHEMA, LINEAGE_SCHEMA, SERVER_COLUMNS,
 };
+use super::unknowns::{Seen, unknown_results};
 use crate::table::timed;
 
 /// The attempts' edges: each attempt's (caller, callee, operation) as one integer, numbered
@@ -507,9 +508,37 @@ pub(super) fn build(
             .map(|&r| links.overlapping[r])
             .collect::<Vec<bool>>(),
     )));
-    let rerun = rerun_writes(spans, attempts, calls, call_parent, nodes, &edges.of_row);
+    let writes = Writes::new(spans, call_parent);
+    let rerun = rerun_writes(spans, attempts, calls, &writes, nodes, &edges.of_row);
     columns.push(Arc::new(BooleanArray::from(
         attempts.iter().map(|&r| rerun[r]).collect::<Vec<bool>>(),
+    )));
+    // How long each given-up keyed write's result stayed unknown (see `unknowns`).
+    let duplicate = by_name(col::DUPLICATE).as_boolean();
+    let said_duplicate = |r: usize| {
+        std::iter::once(r)
+            .chain(server_child[r])
+            .any(|s| duplicate.is_valid(s) && duplicate.value(s))
+    };
+    let trace_ids = by_name(col::TRACE_ID).as_fixed_size_binary();
+    let unknown = unknown_results(spans.num_rows(), attempts, &writes, |r| {
+        let outcome = seen_outcome(r);
+        Seen {
+            row: r,
+            trace: trace_int(trace_ids, r),
+            end_ns: seen_end(r),
+            gave_up: outcome == "deadline" || outcome == "cancelled",
+            answered: outcome == "ok" || said_duplicate(r),
+        }
+    });
+    columns.push(Arc::new(Float64Array::from_iter(
+        attempts.iter().map(|&r| unknown[r].flatten()),
+    )));
+    columns.push(Arc::new(BooleanArray::from(
+        attempts
+            .iter()
+            .map(|&r| unknown[r] == Some(None))
+            .collect::<Vec<bool>>(),
     )));
     // The wait the previous attempt's answer asked for: its own span's, else its callee's
     // SERVER span's (server instrumentations capture response headers too).

@@ -45,6 +45,7 @@
 //! | `overlapping` | the attempt's SERVER span started before the previous attempt's SERVER span ended, by more than `retries.overlap_tolerance_ms`: the callee was still working on the call when it came again |
 //! | `prev_retry_after_ms` | the wait the previous attempt's answer asked for (`retry_after_ms` of its span, else of its SERVER child; -1: do not retry) |
 //! | `retry_after_violation` | a retry (not a hedge) started before that wait elapsed, from the previous attempt's end as its caller saw it, by more than `retries.overlap_tolerance_ms`, or at all after a pushback saying not to retry |
+//! | `unknown_result_ms`, `unknown_unresolved` | a keyed write its caller gave up on (`deadline`, `cancelled`): how long (ms, from its end) until a later span of its trace with the same key answered (`ok`, or a duplicate), or that none in its trace did (see [`unknowns`]) |
 //! | `rerun_write` | the first attempt of a write call made for a retry of an upstream call, repeating (same edge) a write made for an earlier attempt of that call without the earlier write's idempotency key (see [`reruns`]) |
 //!
 //! A SERVER child of a re-sending CLIENT span takes the CLIENT span's `operation`,
@@ -95,7 +96,8 @@
 //! Along its seams: [`schema`] (table names and schemas), `rows` (span kinds, traces
 //! grouped by id, parent rows), `skew` (clock bounds and offsets), `calls` (logical calls),
 //! [`races`] (re-sent attempts read together: answered, abandoned, hedged), [`reruns`] (writes
-//! re-run under an upstream retry), `columns` (edges
+//! re-run under an upstream retry), [`unknowns`] (how long a given-up write's result stays
+//! unknown), `columns` (edges
 //! and the output batches); this file walks the ancestors and wires them. Each names what
 //! it uses from the others, so a reader sees where a name comes from.
 
@@ -106,6 +108,7 @@ mod reruns;
 mod rows;
 pub mod schema;
 mod skew;
+mod unknowns;
 
 pub use races::Overlapping;
 pub(crate) use rows::{TraceGroups, repeated_rows};

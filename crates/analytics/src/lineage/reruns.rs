@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::datatypes::Int64Type;
 use stormglass_model::hash::KeyedHash;
 use stormglass_model::schema as col;
@@ -32,31 +32,60 @@ struct Made {
     row: usize,
 }
 
+/// How an attempt writes, as `attempts.sql` reads it: non-idempotent when its `idempotent`
+/// flag is false, or absent and the write inference says write (its call span's where it
+/// has none); its key is its own, else its call span's.
+pub(super) struct Writes<'a> {
+    idempotent: &'a BooleanArray,
+    is_write: &'a BooleanArray,
+    key: &'a Int64Array,
+    call_parent: &'a [Option<usize>],
+}
+
+impl<'a> Writes<'a> {
+    pub(super) fn new(spans: &'a RecordBatch, call_parent: &'a [Option<usize>]) -> Writes<'a> {
+        Writes {
+            idempotent: column(spans, col::IDEMPOTENT).as_boolean(),
+            is_write: column(spans, col::IS_WRITE).as_boolean(),
+            key: column(spans, col::IDEMPOTENCY_KEY_HASH).as_primitive::<Int64Type>(),
+            call_parent,
+        }
+    }
+
+    /// The row itself, else its call span, where `valid`.
+    fn of_call(&self, row: usize, valid: impl Fn(usize) -> bool) -> Option<usize> {
+        std::iter::once(row)
+            .chain(self.call_parent[row])
+            .find(|&r| valid(r))
+    }
+
+    pub(super) fn non_idempotent(&self, row: usize) -> bool {
+        match self.of_call(row, |r| self.idempotent.is_valid(r)) {
+            Some(r) => !self.idempotent.value(r),
+            None => {
+                self.is_write.value(row)
+                    || self.call_parent[row].is_some_and(|p| self.is_write.value(p))
+            }
+        }
+    }
+
+    pub(super) fn key(&self, row: usize) -> Option<i64> {
+        self.of_call(row, |r| self.key.is_valid(r))
+            .map(|r| self.key.value(r))
+    }
+}
+
 /// Per row: the attempt is the first of a write call that re-runs a write made for an
 /// earlier attempt of a retried call above it (see the module docs). `edge_of` gives each
-/// attempt's edge; a write is non-idempotent as `attempts.sql` reads it (`idempotent`
-/// false, or absent and the write inference says write, its call span's where it has
-/// none), and its key is its own, else its call span's.
+/// attempt's edge.
 pub(super) fn rerun_writes(
     spans: &RecordBatch,
     attempts: &[usize],
     calls: &[CallSlot],
-    call_parent: &[Option<usize>],
+    writes: &Writes,
     nodes: &[Node],
     edge_of: &[Option<usize>],
 ) -> Vec<bool> {
-    let idempotent = column(spans, col::IDEMPOTENT).as_boolean();
-    let is_write = column(spans, col::IS_WRITE).as_boolean();
-    let key = column(spans, col::IDEMPOTENCY_KEY_HASH).as_primitive::<Int64Type>();
-    let of_call = |row: usize, valid: &dyn Fn(usize) -> bool| {
-        std::iter::once(row)
-            .chain(call_parent[row])
-            .find(|&r| valid(r))
-    };
-    let non_idempotent = |row: usize| match of_call(row, &|r| idempotent.is_valid(r)) {
-        Some(r) => !idempotent.value(r),
-        None => is_write.value(row) || call_parent[row].is_some_and(|p| is_write.value(p)),
-    };
     let mut made: HashMap<(i64, usize), Vec<Made>, KeyedHash> = HashMap::default();
     for &row in attempts {
         let slot = &calls[row];
@@ -64,10 +93,10 @@ pub(super) fn rerun_writes(
             continue;
         }
         let Some(edge) = edge_of[row] else { continue };
-        if !non_idempotent(row) {
+        if !writes.non_idempotent(row) {
             continue;
         }
-        let key = of_call(row, &|r| key.is_valid(r)).map(|r| key.value(r));
+        let key = writes.key(row);
         let mut above = nodes[row].retried_attempt;
         for _ in 0..MAX_LEVELS {
             let Some(a) = above else { break };

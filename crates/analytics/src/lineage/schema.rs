@@ -186,6 +186,8 @@ pub static ATTEMPT_LINEAGE_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("other_instance", DataType::Boolean, true),
         Field::new("overlapping", DataType::Boolean, false),
         Field::new("rerun_write", DataType::Boolean, false),
+        Field::new("unknown_result_ms", DataType::Float64, true),
+        Field::new("unknown_unresolved", DataType::Boolean, false),
         nullable(col::RETRY_AFTER_MS, "prev_retry_after_ms"),
         Field::new("retry_after_violation", DataType::Boolean, false),
     ]);

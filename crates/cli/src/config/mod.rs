@@ -47,6 +47,7 @@ pub struct Config {
     pub deadlines: DeadlinesConfig,
     pub clocks: ClocksConfig,
     pub retries: RetriesConfig,
+    pub idempotency: IdempotencyConfig,
     pub sampling: SamplingConfig,
     pub shutdown: ShutdownConfig,
     pub archive: ArchiveConfig,
@@ -95,6 +96,7 @@ impl Config {
             },
             backoff_min_calls: self.retries.backoff_min_calls as f64,
             slo_latency_ms: self.alerts.entry_slo.latency_ms,
+            unknown_after_ms: self.idempotency.unknown_after.as_secs_f64() * 1e3,
         }
     }
 }
@@ -127,6 +129,26 @@ impl Default for AdviceConfig {
         AdviceConfig {
             timeout_factor: defaults.timeout_factor,
             min_backoff_ms: defaults.min_backoff_ms,
+        }
+    }
+}
+
+/// `idempotency.*`: how writes' results are read.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    /// A given-up keyed write whose result stays unknown longer than this (no later span
+    /// with its key answered) counts in `unknown_results_over_limit`.
+    #[serde(with = "stormglass_runtime::duration")]
+    pub unknown_after: std::time::Duration,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        IdempotencyConfig {
+            unknown_after: std::time::Duration::from_secs_f64(
+                Params::default().unknown_after_ms / 1e3,
+            ),
         }
     }
 }
@@ -367,7 +389,7 @@ impl<'de> Deserialize<'de> for MemoryLimit {
 }
 
 /// The top-level sections, in the order the example file shows them.
-pub const SECTIONS: [&str; 17] = [
+pub const SECTIONS: [&str; 18] = [
     "listen",
     "limits",
     "assembly",
@@ -377,6 +399,7 @@ pub const SECTIONS: [&str; 17] = [
     "deadlines",
     "clocks",
     "retries",
+    "idempotency",
     "sampling",
     "shutdown",
     "archive",
@@ -460,6 +483,7 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
         deadlines: section(&mut sections, "deadlines", errors),
         clocks: section(&mut sections, "clocks", errors),
         retries: section(&mut sections, "retries", errors),
+        idempotency: section(&mut sections, "idempotency", errors),
         sampling: section(&mut sections, "sampling", errors),
         shutdown: section(&mut sections, "shutdown", errors),
         archive: section(&mut sections, "archive", errors),

@@ -296,6 +296,7 @@ fn example_config_shows_every_key_and_no_other() {
         ("deadlines", fields_of::<DeadlinesConfig>()),
         ("clocks", fields_of::<ClocksConfig>()),
         ("retries", fields_of::<RetriesConfig>()),
+        ("idempotency", fields_of::<IdempotencyConfig>()),
         ("sampling", fields_of::<SamplingConfig>()),
         ("shutdown", fields_of::<ShutdownConfig>()),
         ("archive", fields_of::<ArchiveConfig>()),
