@@ -494,9 +494,9 @@ fn the_demo_obeys_the_advised_policy() {
     );
 
     // The healthy chain answers in a few milliseconds: 1.5x the P99.9 of one minute is a
-    // timeout the scheduling delays of a busy machine (the suite's own, running beside it)
-    // exceed in the next. The advice is sized with room for that (x3), as the docs tell
-    // anyone whose fast calls share a crowded host.
+    // timeout the scheduling delays of a busy machine exceed in the next. The advice never
+    // goes below advice.min_timeout_ms (50 ms) for that reason, and is sized here with room
+    // besides (x3), as the docs tell anyone whose fast calls share a crowded host.
     let healthy = dir.join("healthy");
     let (_, effective) = demo("healthy", &healthy, None);
     let roomy = dir.join("roomy.yaml");

@@ -43,6 +43,9 @@ pub const MAX_BUDGET_RATIO: f64 = 0.2;
 pub struct AdviceParams {
     pub timeout_factor: f64,
     pub min_backoff_ms: f64,
+    /// No timeout is advised below this: the P99.9 of calls taking a few milliseconds is
+    /// one window's sample, and the caller's own scheduling delays and pauses exceed it.
+    pub min_timeout_ms: f64,
 }
 
 impl From<&Params> for AdviceParams {
@@ -50,6 +53,7 @@ impl From<&Params> for AdviceParams {
         AdviceParams {
             timeout_factor: p.timeout_factor,
             min_backoff_ms: p.min_backoff_ms,
+            min_timeout_ms: p.min_timeout_ms,
         }
     }
 }
@@ -357,7 +361,10 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
         for e in by_caller.get(service).into_iter().flatten() {
             let leaf = !calls_out.contains(e.callee.as_str());
             let (mut timeout, mut source) = match (e.callee_p999_ms, e.timeout_ms) {
-                (Some(p999), _) => (Some(ceil_ms(p999 * params.timeout_factor)), Some("p999")),
+                (Some(p999), _) => (
+                    Some(ceil_ms(p999 * params.timeout_factor).max(params.min_timeout_ms)),
+                    Some("p999"),
+                ),
                 (None, Some(t)) => (Some(t), Some("observed")),
                 (None, None) => (None, None),
             };
@@ -526,6 +533,7 @@ mod tests {
         let params = AdviceParams {
             timeout_factor: 1.5,
             min_backoff_ms: 5.0,
+            min_timeout_ms: 50.0,
         };
         let mut report = Report::default();
         report.window.seconds = Some(60.0);

@@ -43,6 +43,8 @@ pub struct Params {
     pub orphan_grace_ms: f64,
     pub min_backoff_ms: f64,
     pub timeout_factor: f64,
+    /// No timeout is advised below this (`advice.min_timeout_ms`).
+    pub min_timeout_ms: f64,
     /// Clocks agreeing within this are not corrected (see [`crate::clock`]).
     pub clock_tolerance_ms: f64,
     /// A skew beyond this is a `clock_skew` finding.
@@ -66,6 +68,7 @@ impl Default for Params {
             orphan_grace_ms: 5.0,
             min_backoff_ms: 5.0,
             timeout_factor: 1.5,
+            min_timeout_ms: 50.0,
             clock_tolerance_ms: 1.0,
             clock_skew_threshold_ms: 10.0,
             retries: lineage::RetryRules::default(),

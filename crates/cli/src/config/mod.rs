@@ -87,6 +87,7 @@ impl Config {
             orphan_grace_ms: self.orphans.grace_ms,
             min_backoff_ms: self.advice.min_backoff_ms,
             timeout_factor: self.advice.timeout_factor,
+            min_timeout_ms: self.advice.min_timeout_ms,
             clock_tolerance_ms: self.clocks.tolerance_ms,
             clock_skew_threshold_ms: self.clocks.skew_threshold_ms,
             retries: stormglass_analytics::lineage::RetryRules {
@@ -118,6 +119,8 @@ pub struct AdviceConfig {
     pub timeout_factor: f64,
     /// Retries started sooner than this after the previous attempt are immediate retries.
     pub min_backoff_ms: f64,
+    /// No timeout is advised below this.
+    pub min_timeout_ms: f64,
 }
 
 // The analysis thresholds' defaults are `Params::default()`'s: one source, so the binary
@@ -129,6 +132,7 @@ impl Default for AdviceConfig {
         AdviceConfig {
             timeout_factor: defaults.timeout_factor,
             min_backoff_ms: defaults.min_backoff_ms,
+            min_timeout_ms: defaults.min_timeout_ms,
         }
     }
 }
@@ -570,6 +574,11 @@ fn from_tree(tree: Value, errors: &mut Vec<(String, String)>) -> Config {
             "advice.min_backoff_ms",
             config.advice.min_backoff_ms,
             "e.g. 5",
+        ),
+        (
+            "advice.min_timeout_ms",
+            config.advice.min_timeout_ms,
+            "e.g. 50",
         ),
         ("orphans.grace_ms", config.orphans.grace_ms, "e.g. 5"),
         (
