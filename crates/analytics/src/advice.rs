@@ -10,7 +10,8 @@
 //! * **attempts**: retries at one layer of any path, the deepest: an edge retries (3
 //!   attempts) only when its callee calls no one (a retry there repeats one call, not a
 //!   subtree of calls that may retry themselves), it is safe (no unsafe retries or timeout
-//!   retries on writes seen) and retries help (they succeeded at least half of the time,
+//!   retries on writes seen, and every write it carries has an idempotency key: a write
+//!   never retried so far is not safe to retry for that) and retries help (they succeeded at least half of the time,
 //!   where any were made). Every other edge makes 1 attempt. Attempts are then lowered
 //!   until the worst case (every attempt timing out, with the backoffs) fits the caller's
 //!   budget.
@@ -349,6 +350,14 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
         .iter()
         .map(|l| (l.service.as_str(), l.amplification))
         .collect();
+    // Edges carrying writes without an idempotency key (by pair, not a scan per edge).
+    let unkeyed_writes: HashSet<(&str, &str, &str)> = report
+        .coverage
+        .edges
+        .iter()
+        .filter(|c| c.shares.idempotency_key.is_some_and(|share| share < 1.0))
+        .map(|c| (c.caller.as_str(), c.callee.as_str(), c.operation.as_str()))
+        .collect();
     let window_seconds = report.window.seconds.filter(|s| *s > 0.0);
     let mut by_caller: BTreeMap<&str, Vec<&EdgeFigures>> = BTreeMap::new();
     for e in &report.edges {
@@ -369,6 +378,11 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                 (None, None) => (None, None),
             };
             let unsafe_seen = e.unsafe_retries > 0 || e.timeout_retries_on_writes > 0;
+            let unkeyed = unkeyed_writes.contains(&(
+                e.caller.as_str(),
+                e.callee.as_str(),
+                e.operation.as_str(),
+            ));
             let helps = e.retry_success_rate.is_none_or(|r| r >= 0.5);
             let (mut attempts, mut reason) = if !leaf {
                 (
@@ -382,6 +396,12 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                 (
                     1,
                     "unsafe retries seen: retry only once the writes carry an idempotency key"
+                        .to_owned(),
+                )
+            } else if unkeyed {
+                (
+                    1,
+                    "writes sent without an idempotency key: a retry could apply one twice"
                         .to_owned(),
                 )
             } else if !helps {
@@ -574,5 +594,20 @@ mod tests {
         assert_eq!(db.retry_budget_min_per_second, 1.0);
         let layer = |s: &str| advice.layers.iter().find(|l| l.service == s);
         assert!(layer("db").is_none(), "no layers in this report");
+        // Writes without a key, never retried so far, are still not advised retries.
+        report.coverage.edges.push(crate::report::EdgeCoverage {
+            caller: "inventory".into(),
+            callee: "db".into(),
+            operation: "op".into(),
+            shares: serde_json::from_value(serde_json::json!({
+                "attempts": 600, "attempt_number": 1.0, "cause": null, "deadline": null,
+                "idempotency": null, "idempotency_key": 0.5, "server_spans": 1.0,
+            }))
+            .unwrap_or_else(|e| unreachable!("coverage shares: {e}")),
+        });
+        let advice = advise(&report, &params);
+        let db = advice.edges.iter().find(|e| e.callee == "db").unwrap();
+        assert_eq!(db.max_attempts, 1, "{db:?}");
+        assert!(db.attempts_reason.contains("idempotency key"), "{db:?}");
     }
 }
