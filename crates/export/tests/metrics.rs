@@ -353,7 +353,8 @@ async fn counters_accumulate_across_intervals() {
 #[tokio::test]
 async fn cardinality_bound_folds_into_overflow() {
     let mut bounded = Live::new(1);
-    let mut unbounded = Live::new(2000);
+    // Unbounded for the histograms too (54 series per label set).
+    let mut unbounded = Live::new(100_000);
     let spans = fixtures::every_fixture();
     for live in [&mut bounded, &mut unbounded] {
         live.interval(&spans).await;

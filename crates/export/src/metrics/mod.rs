@@ -28,7 +28,7 @@ mod catalogue;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -68,6 +68,11 @@ struct State {
     /// Increments of series created in the last interval, applied at the next one.
     deferred: Vec<(usize, Key, f64)>,
     deferred_histograms: Vec<(usize, Key, Buckets)>,
+    /// Per family, the series created this interval: every update of theirs until the
+    /// next is deferred too, so one folded into an `__overflow__` series created this
+    /// interval does not show before that series has been seen at 0.
+    fresh: Vec<HashSet<Key>>,
+    fresh_histograms: Vec<HashSet<Key>>,
     /// The figures the gauges hold ([`Report::figures`]); a report of the same figures
     /// leaves them as they are.
     gauges_of: Option<u64>,
@@ -140,6 +145,8 @@ impl FigureMetrics {
                 counters: COUNTERS.iter().map(|_| Family::default()).collect(),
                 histograms: HISTOGRAMS.iter().map(|_| BTreeMap::new()).collect(),
                 gauges: GAUGES.iter().map(|_| Family::default()).collect(),
+                fresh: COUNTERS.iter().map(|_| HashSet::new()).collect(),
+                fresh_histograms: HISTOGRAMS.iter().map(|_| HashSet::new()).collect(),
                 ..State::default()
             }),
             metrics: ExportMetrics {
@@ -169,6 +176,8 @@ impl FigureMetrics {
         for (family, key, b) in std::mem::take(&mut state.deferred_histograms) {
             merge(state.histograms[family].entry(key).or_default(), &b);
         }
+        state.fresh.iter_mut().for_each(HashSet::clear);
+        state.fresh_histograms.iter_mut().for_each(HashSet::clear);
     }
 
     pub fn add_interval(&self, counts: &IntervalCounts) {
@@ -304,15 +313,21 @@ impl FigureMetrics {
     fn add_to(&self, state: &mut State, family: usize, labels: Vec<String>, v: f64) {
         let spec = &COUNTERS[family];
         let series = &mut state.counters[family].series;
-        if let Some(total) = series.get_mut(&labels) {
-            *total += v;
-            return;
-        }
-        let key = self.folded(spec, series, labels, self.limit);
+        let key = if series.contains_key(&labels) {
+            labels
+        } else {
+            self.folded(spec, series, labels, self.limit)
+        };
         match series.get_mut(&key) {
-            Some(total) => *total += v,
+            Some(total) if !state.fresh[family].contains(&key) => *total += v,
+            Some(_) => {
+                if v != 0.0 {
+                    state.deferred.push((family, key, v));
+                }
+            }
             None => {
                 series.insert(key.clone(), 0.0);
+                state.fresh[family].insert(key.clone());
                 if v != 0.0 {
                     state.deferred.push((family, key, v));
                 }
@@ -363,14 +378,16 @@ impl FigureMetrics {
     fn add_histogram(&self, state: &mut State, family: Histogram, key: Key, b: Buckets) {
         let (spec, family) = (&HISTOGRAMS[family as usize], family as usize);
         let series = &mut state.histograms[family];
-        if let Some(existing) = series.get_mut(&key) {
-            merge(existing, &b);
-            return;
-        }
-        let key = self.folded(spec, series, key, self.histogram_limit());
+        let key = if series.contains_key(&key) {
+            key
+        } else {
+            self.folded(spec, series, key, self.histogram_limit())
+        };
         match series.get_mut(&key) {
-            Some(existing) => merge(existing, &b),
+            Some(existing) if !state.fresh_histograms[family].contains(&key) => merge(existing, &b),
+            Some(_) => state.deferred_histograms.push((family, key, b)),
             None => {
+                state.fresh_histograms[family].insert(key.clone());
                 let width = b.counts.len();
                 series.insert(
                     key.clone(),
@@ -408,6 +425,11 @@ impl FigureMetrics {
             set(Gauge::RetryContribution, edge.clone(), e.retry_contribution);
             set(Gauge::RetrySuccess, edge.clone(), e.retry_success_rate);
             set(Gauge::RetryRatio, edge.clone(), e.retry_ratio);
+            set(
+                Gauge::SynchronisedRetries,
+                edge.clone(),
+                e.synchronised_retries,
+            );
             set(Gauge::Timeout, edge.clone(), seconds(e.timeout_ms));
             set(
                 Gauge::RecommendedTimeout,
