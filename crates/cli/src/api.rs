@@ -10,7 +10,7 @@
 //! `tls.*` set, the API is served over TLS like the receivers.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 use stormglass_analytics::LiveAnalysis;
-use stormglass_analytics::report::{DEFAULT_LIMIT, Selection};
+use stormglass_analytics::advice::Advice;
+use stormglass_analytics::report::{DEFAULT_LIMIT, Report, Selection};
 use stormglass_assembly::Assembly;
 use stormglass_export::AlertEvaluator;
 use stormglass_ingest::server::serve_http;
@@ -37,6 +38,30 @@ struct ApiState {
     health: Health,
     /// The built-in page, `links.trace_url` filled in (shared by every response, not copied).
     page: Bytes,
+    /// The advice made from the latest window's report, made once per window (the page
+    /// asks for it on every refresh).
+    advice: Arc<Mutex<Option<AdviceOf>>>,
+}
+
+/// Advice and the report it was made from.
+type AdviceOf = (Arc<Report>, Arc<Advice>);
+
+impl ApiState {
+    /// The advice for `report`, made once per report.
+    fn advice_of(&self, report: &Arc<Report>) -> Arc<Advice> {
+        let mut cached = self.advice.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((of, advice)) = cached.as_ref()
+            && Arc::ptr_eq(of, report)
+        {
+            return advice.clone();
+        }
+        let advice = Arc::new(stormglass_analytics::advice::advise(
+            report,
+            &self.analysis.advice_params(),
+        ));
+        *cached = Some((report.clone(), advice.clone()));
+        advice
+    }
 }
 
 /// The built-in page (`GET /`), embedded in the binary: no asset from the network.
@@ -97,6 +122,7 @@ pub fn router(
             evaluator,
             health,
             page: page(trace_url),
+            advice: Arc::default(),
         })
 }
 
@@ -202,9 +228,7 @@ async fn advice(
     match selection(query.as_deref().unwrap_or_default()) {
         Ok(selection) => {
             let report = state.analysis.report();
-            let advice =
-                stormglass_analytics::advice::advise(&report, &state.analysis.advice_params());
-            json(&advice.listed(&report.select(&selection)))
+            json(&state.advice_of(&report).listed(&report.select(&selection)))
         }
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
