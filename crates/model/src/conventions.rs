@@ -52,11 +52,20 @@ pub enum Concept {
     /// A gRPC answer's `grpc-retry-pushback-ms`: milliseconds, negative or not an integer
     /// for "do not retry".
     GrpcPushback,
+    /// Envoy's `response_flags` (`UT`, `DC`, `UO`, ...): how the proxy ended the request.
+    ProxyFlags,
+    /// HAProxy's termination state (`sH--`, `CD--`, ...), where a span carries it.
+    TerminationState,
+    /// OpenTracing's `component`: Envoy writes `proxy` on its own spans.
+    Component,
+    /// Envoy's `retry.count` on an upstream span: the retries before this attempt (read on
+    /// spans whose `component` is `proxy` only: elsewhere it often counts a call's retries).
+    ProxyRetryCount,
 }
 
 impl Concept {
     /// Number of concepts, for per-concept arrays.
-    pub const COUNT: usize = 25;
+    pub const COUNT: usize = 29;
 
     /// Every concept, in discriminant order (so `Concept::ALL[c as usize] == c`).
     pub const ALL: [Concept; Concept::COUNT] = [
@@ -85,6 +94,10 @@ impl Concept {
         Concept::UrlQuery,
         Concept::RetryAfter,
         Concept::GrpcPushback,
+        Concept::ProxyFlags,
+        Concept::TerminationState,
+        Concept::Component,
+        Concept::ProxyRetryCount,
     ];
 
     /// Name used in self-metrics (`field` label) and logs.
@@ -115,6 +128,10 @@ impl Concept {
             Concept::UrlQuery => "url_query",
             Concept::RetryAfter => "retry_after",
             Concept::GrpcPushback => "grpc_pushback",
+            Concept::ProxyFlags => "proxy_flags",
+            Concept::TerminationState => "termination_state",
+            Concept::Component => "component",
+            Concept::ProxyRetryCount => "proxy_retry_count",
         }
     }
 
@@ -133,6 +150,7 @@ impl Concept {
                 | Concept::Idempotent
                 | Concept::CtxCancelled
                 | Concept::State
+                | Concept::ProxyRetryCount
         )
     }
 }
@@ -200,6 +218,9 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
             "rpc.service",
             "db.system.name",
             "db.system",
+            // Envoy's upstream spans: the cluster the proxy sent to.
+            "upstream_cluster.name",
+            "upstream_cluster",
         ],
     ),
     (Concept::RpcMethod, &["rpc.method"]),
@@ -212,7 +233,12 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
     (Concept::State, &["state", "idempotency.state"]),
     (
         Concept::GrpcStatus,
-        &["rpc.grpc.status_code", "rpc.response.status_code"],
+        // Envoy's spans say `grpc.status_code`.
+        &[
+            "rpc.grpc.status_code",
+            "rpc.response.status_code",
+            "grpc.status_code",
+        ],
     ),
     (
         Concept::HttpStatus,
@@ -238,6 +264,16 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
             "rpc.grpc.response.metadata.grpc_retry_pushback_ms",
         ],
     ),
+    (
+        Concept::ProxyFlags,
+        &["response_flags", "envoy.response_flags"],
+    ),
+    (
+        Concept::TerminationState,
+        &["haproxy.termination_state", "termination_state"],
+    ),
+    (Concept::Component, &["component"]),
+    (Concept::ProxyRetryCount, &["retry.count"]),
 ];
 
 /// One attribute name's roles: (concept, precedence) pairs; lower precedence wins.

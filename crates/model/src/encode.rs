@@ -347,9 +347,28 @@ impl<'c> SpanBatchBuilder<'c> {
                 })
             })
             .or_else(|| {
+                // Envoy's upstream spans (one per attempt, below the request's span) say
+                // `retry.count` on retries only.
+                if r.str(Concept::Component) != Some("proxy") {
+                    return None;
+                }
+                r.take(Concept::ProxyRetryCount, |v| {
+                    conventions::as_i64(v)
+                        .and_then(|n| i32::try_from(n).ok())
+                        .filter(|n| *n >= 0)
+                })
+                .or_else(|| is_envoy_upstream(text(&span.name)).then_some(0))
+            })
+            .or_else(|| {
                 let malformed = &r.malformed;
-                (malformed[Concept::Attempt as usize] || malformed[Concept::AttemptCount as usize])
-                    .then_some(crate::schema::UNREADABLE_ATTEMPT)
+                [
+                    Concept::Attempt,
+                    Concept::AttemptCount,
+                    Concept::ProxyRetryCount,
+                ]
+                .iter()
+                .any(|c| malformed[*c as usize])
+                .then_some(crate::schema::UNREADABLE_ATTEMPT)
             });
         let cause = r
             .take(Concept::Cause, conventions::render)
@@ -402,7 +421,10 @@ impl<'c> SpanBatchBuilder<'c> {
                 let verb = op.split_whitespace().next().unwrap_or("");
                 verb.eq_ignore_ascii_case("INSERT") || verb.eq_ignore_ascii_case("UPDATE")
             });
-        let callee = r.str(Concept::CalleeHint).filter(|s| !s.is_empty());
+        let callee = r
+            .str(Concept::CalleeHint)
+            .map(istio_cluster_service)
+            .filter(|s| !s.is_empty());
         let target = match r.str(Concept::Url).filter(|s| !s.is_empty()) {
             Some(url) => Some(crate::hash::fixed_hash(&[url.as_bytes()])),
             None => r.str(Concept::UrlPath).map(|path| {
@@ -444,6 +466,13 @@ impl<'c> SpanBatchBuilder<'c> {
         self.duplicate
             .append_value(is_duplicate(http_code, grpc_code, error_type));
         let signals = OutcomeSignals {
+            proxy: r
+                .str(Concept::ProxyFlags)
+                .and_then(Outcome::from_envoy_flags)
+                .or_else(|| {
+                    r.str(Concept::TerminationState)
+                        .and_then(Outcome::from_termination_state)
+                }),
             grpc: grpc_code.and_then(Outcome::from_grpc_code),
             http: http_code.and_then(Outcome::from_http_status),
             error_type: error_type.map(Outcome::from_error_type),
@@ -620,6 +649,24 @@ fn strip_grpc_prefix(name: &str) -> &str {
         .iter()
         .find_map(|prefix| name.strip_prefix(prefix))
         .unwrap_or(name)
+}
+
+/// Envoy names the span of each upstream attempt `router <cluster> egress`.
+fn is_envoy_upstream(name: &str) -> bool {
+    name.starts_with("router ") && name.ends_with(" egress")
+}
+
+/// Istio names a cluster `outbound|<port>|<subset>|<host>`: the service is the host's first
+/// label (`outbound|9080||reviews.default.svc.cluster.local` is `reviews`).
+fn istio_cluster_service(name: &str) -> &str {
+    match name.strip_prefix("outbound|") {
+        Some(rest) => rest
+            .rsplit('|')
+            .next()
+            .and_then(|host| host.split('.').next())
+            .unwrap_or(name),
+        None => name,
+    }
 }
 
 fn find_str<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {

@@ -18,6 +18,13 @@ fn strings(batch: &RecordBatch, name: &str) -> Vec<Option<String>> {
     column.iter().map(|v| v.map(str::to_owned)).collect()
 }
 
+fn outcomes(batch: &RecordBatch) -> Vec<String> {
+    strings(batch, col::OUTCOME)
+        .into_iter()
+        .map(Option::unwrap)
+        .collect()
+}
+
 fn map_keys(batch: &RecordBatch, row: usize) -> Vec<String> {
     let map: &MapArray = batch.column_by_name(col::ATTRIBUTES).unwrap().as_map();
     let entry = map.value(row);
@@ -288,6 +295,106 @@ fn attempt_numbers_from_proxy_headers_and_grpc_metadata() {
     assert_eq!((a.value(0), a.value(1)), (2, 2));
 }
 
+/// Envoy's upstream spans (`router <cluster> egress`, `component: proxy`) are attempts:
+/// `retry.count` on a retry, 0 on the first; `retry.count` elsewhere is left alone (it
+/// often counts the retries a call made), and the Istio cluster names the callee.
+#[test]
+fn envoy_upstream_spans_are_numbered_attempts() {
+    let proxy = || kv("component", "proxy");
+    let cluster = || {
+        kv(
+            "upstream_cluster",
+            "outbound|9080||reviews.default.svc.cluster.local",
+        )
+    };
+    let spans = vec![
+        span(
+            1,
+            1,
+            "router reviews egress",
+            3,
+            0,
+            1,
+            vec![proxy(), cluster()],
+        ),
+        span(
+            1,
+            2,
+            "router reviews egress",
+            3,
+            1,
+            2,
+            vec![proxy(), cluster(), kv("retry.count", "2")],
+        ),
+        span(
+            1,
+            3,
+            "GET /reviews",
+            3,
+            0,
+            1,
+            vec![kv_int("retry.count", 2)],
+        ),
+        span(1, 4, "ingress", 2, 0, 2, vec![proxy()]),
+    ];
+    let (batch, report) = encode(&request(vec![("svc", spans)]));
+    let a = batch
+        .column_by_name(col::ATTEMPT)
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    let attempts: Vec<_> = a.iter().collect();
+    assert_eq!(attempts, vec![Some(0), Some(2), None, None]);
+    assert_eq!(
+        strings(&batch, col::CALLEE_HINT)[..2],
+        [Some("reviews".to_owned()), Some("reviews".to_owned())]
+    );
+    assert_eq!(map_keys(&batch, 2), vec!["retry.count"]);
+    assert!(!map_keys(&batch, 1).contains(&"retry.count".to_owned()));
+    assert_eq!(report.malformed_by_field().count(), 0);
+}
+
+/// A proxy's flags decide the class before the status: Envoy's `response_flags` and
+/// HAProxy's termination state, where the proxy's tracing puts them on its spans.
+#[test]
+fn outcome_from_proxy_flags() {
+    let cases = [
+        // A per-try timeout: no status from the upstream.
+        ("response_flags", "UT", 0, "deadline"),
+        // The caller went away while a 200 was being sent.
+        ("response_flags", "DC", 200, "cancelled"),
+        // Circuit breaking answers 503: load shed, not an outage.
+        ("response_flags", "UO", 503, "throttled"),
+        // Retries exhausted: the status decides.
+        ("response_flags", "URX,UF", 503, "unavailable"),
+        ("response_flags", "-", 200, "ok"),
+        ("haproxy.termination_state", "sH--", 504, "deadline"),
+        ("haproxy.termination_state", "CD--", 200, "cancelled"),
+        ("haproxy.termination_state", "SH--", 502, "unavailable"),
+        ("haproxy.termination_state", "----", 200, "ok"),
+    ];
+    let mut spans: Vec<Span> = (1u8..)
+        .zip(&cases)
+        .map(|(id, (key, flags, status, _))| {
+            let attributes = vec![kv(key, flags), kv_int("http.status_code", *status)];
+            span(1, id, "proxy", 3, 0, 1, attributes)
+        })
+        .collect();
+    // Envoy's spans name the gRPC status `grpc.status_code`.
+    spans.push(span(
+        1,
+        99,
+        "grpc",
+        3,
+        0,
+        1,
+        vec![kv("grpc.status_code", "14")],
+    ));
+    let (batch, _) = encode(&request(vec![("svc", spans)]));
+    let mut expected: Vec<&str> = cases.iter().map(|c| c.3).collect();
+    expected.push("unavailable");
+    assert_eq!(outcomes(&batch), expected);
+}
+
 /// gRPC codes as numbers or names, business error codes and resource defaults.
 #[test]
 fn outcome_signals_from_attributes() {
@@ -318,12 +425,8 @@ fn outcome_signals_from_attributes() {
     let mut req = request(vec![("svc", spans)]);
     req.resource_spans[0].resource = None;
     let (batch, _) = encode(&req);
-    let outcome: Vec<_> = strings(&batch, col::OUTCOME)
-        .into_iter()
-        .map(Option::unwrap)
-        .collect();
     assert_eq!(
-        outcome,
+        outcomes(&batch),
         vec![
             "unavailable",
             "throttled",

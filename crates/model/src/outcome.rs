@@ -1,7 +1,8 @@
 //! Outcome classes of docs/instrumenting.md ("What stormglass reads from your spans": outcome classes).
 //!
-//! A span's signals are read in a fixed precedence, most specific first: a non-zero gRPC
-//! status code, an HTTP status >= 400, `error.type`, `ctx_cancelled=true`, a non-zero
+//! A span's signals are read in a fixed precedence, most specific first: how a proxy says it
+//! ended the request (Envoy's `response_flags`, HAProxy's termination state), a non-zero
+//! gRPC status code, an HTTP status >= 400, `error.type`, `ctx_cancelled=true`, a non-zero
 //! `err_code`, then the OTLP span status. The first signal that names a failure decides the
 //! class; a span with none of them is `ok`.
 
@@ -82,6 +83,46 @@ impl Outcome {
             429 => Outcome::Throttled,
             500..=599 => Outcome::ServerError,
             400..=499 => Outcome::ClientError,
+            _ => return None,
+        })
+    }
+
+    /// Class of Envoy's `response_flags` (short codes joined by commas, `-` for none): a
+    /// timeout (`UT` the request's or a per-try timeout, `SI` stream idle, `DT` max
+    /// duration), the caller going away (`DC`), the upstream failing (`UF`, `UH`, `UC`,
+    /// `UR`, `LR`, `NC`), load shed (`UO` circuit breaking, `RL` rate limited), or refused as
+    /// asked (`NR` no route, `UAEX` unauthorised); `None` when no flag names a failure
+    /// (`URX`, retries exhausted, leaves the class to the status).
+    pub fn from_envoy_flags(flags: &str) -> Option<Outcome> {
+        flags
+            .split(',')
+            .filter_map(|flag| {
+                Some(match flag.trim() {
+                    "UT" | "SI" | "DT" => Outcome::Deadline,
+                    "DC" => Outcome::Cancelled,
+                    "UF" | "UH" | "UC" | "UR" | "LR" | "NC" => Outcome::Unavailable,
+                    "UO" | "RL" => Outcome::Throttled,
+                    "NR" | "UAEX" => Outcome::ClientError,
+                    _ => return None,
+                })
+            })
+            // A timeout explains the resets it causes: the first in this order wins.
+            .min_by_key(|class| Outcome::ALL.iter().position(|c| c == class))
+    }
+
+    /// Class of HAProxy's termination state (`%tsc`: the first letter says who ended the
+    /// session, the second at which stage): `s` a server-side timeout (`sH`: no answer in
+    /// `timeout server`); `c` a client-side timeout and `C`/`K` the client aborting or the
+    /// session killed; `S` the server aborting or refusing, `D` it being down, `R` a
+    /// resource running out; `P` the proxy refusing the request, `I` an internal error;
+    /// `None` for `-` (a normal end) and the rest (the status decides).
+    pub fn from_termination_state(state: &str) -> Option<Outcome> {
+        Some(match state.trim().chars().next()? {
+            's' => Outcome::Deadline,
+            'c' | 'C' | 'K' => Outcome::Cancelled,
+            'S' | 'D' | 'R' => Outcome::Unavailable,
+            'P' => Outcome::ClientError,
+            'I' => Outcome::ServerError,
             _ => return None,
         })
     }
@@ -188,6 +229,8 @@ impl std::fmt::Display for Outcome {
 /// attributes and resolved by [`OutcomeSignals::classify`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OutcomeSignals {
+    /// What a proxy's own flags say (Envoy's `response_flags`, HAProxy's termination state).
+    pub proxy: Option<Outcome>,
     pub grpc: Option<Outcome>,
     pub http: Option<Outcome>,
     pub error_type: Option<Outcome>,
@@ -199,7 +242,8 @@ pub struct OutcomeSignals {
 impl OutcomeSignals {
     /// Resolve the signals in precedence order (see the module docs).
     pub fn classify(&self) -> Outcome {
-        self.grpc
+        self.proxy
+            .or(self.grpc)
             .or(self.http)
             .or(self.error_type)
             .or(self.ctx_cancelled.then_some(Outcome::Cancelled))
