@@ -65,6 +65,12 @@
 --   backoff_jitter          the coefficient of variation of the gaps at the retry number
 --                           with the most retries among those that waited
 --   backoff_per_call_ms     all gaps / retried calls: the wait a retried call spent
+--   synchronised_retries    the share of the edge's retries (hedges aside) sent in a 100 ms
+--                           slot in which retries of many calls reached its callee (p_sync:
+--                           at least retries.synchronised_min_calls calls, and 3 times the
+--                           callee's mean per slot from its first slot with retries to its
+--                           last): retries on one schedule, the storm re-igniting; null
+--                           without retries
 --   unknown_results         keyed writes the caller gave up on (deadline, cancelled): a sum
 --   unknown_result_seconds  the mean time until a later span with the key answered, over
 --                           those answered (null without)
@@ -78,7 +84,7 @@
 --                           budget left than the callee's median on the edge (retry_budgets)
 -- Ratios with an empty denominator are null.
 --
--- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_edge_latency, p_backoff,
+-- Inputs: p_edges, p_timeouts, p_timeout_values, p_tail, p_edge_latency, p_backoff, p_sync,
 --   layer_operations,
 --   layers, clock_skew, retry_budgets, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
@@ -94,8 +100,8 @@
 --   deadline_inversions, clock_skew_ms, hidden_attempts, inferred_attempts, hedged_attempts,
 --   per_try_timeout_retries, overlapping_retries, overlapping_write_retries, rerun_writes,
 --   duplicate_rejections, retry_after_violations, retries_to_other_instance, backoff,
---   backoff_median_ms, backoff_growth, backoff_jitter, backoff_per_call_ms, unknown_results,
---   unknown_result_seconds, unknown_results_over_limit
+--   backoff_median_ms, backoff_growth, backoff_jitter, backoff_per_call_ms,
+--   synchronised_retries, unknown_results, unknown_result_seconds, unknown_results_over_limit
 WITH e AS (
   SELECT caller, callee, operation,
     SUM(logical_calls) AS logical_calls, SUM(final_ok) AS final_ok, SUM(first_ok) AS first_ok,
@@ -207,6 +213,26 @@ backoff AS (
   LEFT JOIN backoff_jitter j ON j.caller = w.caller AND j.callee = w.callee
     AND j.operation = w.operation
 ),
+-- Synchronised retries: a callee's slots, its line (the calls a slot must hold), and per
+-- edge the retries sent in slots at or over it.
+sync_slots AS (
+  SELECT callee, slot, SUM(n) AS calls FROM p_sync GROUP BY callee, slot
+),
+sync_lines AS (
+  SELECT s.callee,
+    GREATEST(MAX(p.synchronised_min_calls), 3.0 * SUM(s.calls) / (MAX(s.slot) - MIN(s.slot) + 1))
+      AS line
+  FROM params p CROSS JOIN sync_slots s
+  GROUP BY s.callee
+),
+synchronised AS (
+  SELECT r.caller, r.callee, r.operation, SUM(r.retries) AS retries,
+    SUM(CASE WHEN t.calls >= l.line THEN r.retries ELSE 0.0 END) AS synchronised
+  FROM p_sync r
+  JOIN sync_slots t ON t.callee = r.callee AND t.slot = r.slot
+  JOIN sync_lines l ON l.callee = r.callee
+  GROUP BY r.caller, r.callee, r.operation
+),
 edge_latency AS (
   SELECT caller, callee, operation, SUM(n) AS total,
     sg_bucket_quantile(bucket, n, 0.999) AS p999_ms
@@ -282,6 +308,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   bo.growth AS backoff_growth,
   bo.jitter AS backoff_jitter,
   ROUND(bo.total_ms / NULLIF(e.retried_calls, 0), 3) AS backoff_per_call_ms,
+  ROUND(sy.synchronised / NULLIF(sy.retries, 0.0), 4) AS synchronised_retries,
   CAST(ROUND(e.unknown_results) AS BIGINT) AS unknown_results,
   ROUND(e.unknown_result_ms_total / NULLIF(e.unknown_resolved, 0) / 1e3, 6)
     AS unknown_result_seconds,
@@ -300,6 +327,8 @@ LEFT JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
   AND rb.operation = e.operation
 LEFT JOIN backoff bo ON bo.caller = e.caller AND bo.callee = e.callee
   AND bo.operation = e.operation
+LEFT JOIN synchronised sy ON sy.caller = e.caller AND sy.callee = e.callee
+  AND sy.operation = e.operation
 )
 SELECT figures.*,
   NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin,

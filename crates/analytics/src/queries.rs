@@ -51,6 +51,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_latency"),
     query!("partial_edge_latency"),
     query!("partial_backoff"),
+    query!("partial_sync"),
     query!("partial_entries"),
     query!("partial_entry_latency"),
     query!("partial_traces"),

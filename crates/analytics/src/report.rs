@@ -199,6 +199,11 @@ pub struct EdgeFigures {
     /// The wait a retried call spent in all, on average (ms).
     #[serde(default)]
     pub backoff_per_call_ms: Option<f64>,
+    /// The share of the edge's retries sent in a 100 ms slot in which retries of many calls
+    /// reached its callee (`retries.synchronised_min_calls`, and 3 times the callee's mean
+    /// per slot): retries on one schedule; null without retries.
+    #[serde(default)]
+    pub synchronised_retries: Option<f64>,
     /// Attempts joined to their call as an application loop's retries.
     #[serde(default)]
     pub inferred_attempts: u64,

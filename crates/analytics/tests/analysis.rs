@@ -762,6 +762,57 @@ async fn unknown_results_until_the_key_answers() {
     assert_eq!(e.unknown_results_over_limit, 2);
 }
 
+/// Envoy's own upstream spans are the attempts: `retry.count` numbers the retries, its
+/// `response_flags` say a per-try timeout (`UT`) and circuit breaking (`UO`), and the
+/// cluster names the callee of an attempt that reached nobody (fixtures::envoy).
+#[tokio::test]
+async fn envoy_upstream_spans() {
+    let mut s = Spans::default();
+    fixtures::envoy(&mut s, 1);
+    let r = report(&s).await;
+    let api = edge(&r, "edge", "api");
+    assert_eq!(
+        (api.logical_calls, api.attempts, api.retry_attempts),
+        (3, 5, 2),
+        "{api:#?}"
+    );
+    assert_eq!(api.retries_by_cause.get("deadline"), Some(&1));
+    assert_eq!(api.retries_by_cause.get("unavailable"), Some(&1));
+    assert!(near(api.attempt_success_rate, 2.0 / 5.0), "{api:#?}");
+    assert!(near(api.timeout_rate, 1.0 / 5.0), "{api:#?}");
+    assert!(near(api.raw_success_rate, 2.0 / 3.0), "{api:#?}");
+    assert_eq!(api.effective_success_rate, Some(0.0), "{api:#?}");
+    assert_eq!(api.orphan_pairs, 1);
+    assert!((api.orphan_work_seconds - 0.049).abs() < 1e-9, "{api:#?}");
+    assert_eq!(r.edges.len(), 1, "{:#?}", r.edges);
+}
+
+/// Retries of six callers landing in one 100 ms slot at store are synchronised; one call per
+/// slot is not, nor four calls in one slot at cache (under retries.synchronised_min_calls).
+#[tokio::test]
+async fn synchronised_retries_share_a_slot() {
+    let mut s = Spans::default();
+    fixtures::synchronised(&mut s, 1);
+    let r = report(&s).await;
+    assert_eq!(edge(&r, "svc1", "store").synchronised_retries, Some(0.2));
+    for k in 2..=6 {
+        let caller = format!("svc{k}");
+        assert_eq!(edge(&r, &caller, "store").synchronised_retries, Some(1.0));
+    }
+    for k in 1..=4 {
+        let caller = format!("svc{k}");
+        assert_eq!(edge(&r, &caller, "cache").synchronised_retries, Some(0.0));
+    }
+    let mut healthy = Spans::default();
+    fixtures::healthy(&mut healthy, 1);
+    let r = report(&healthy).await;
+    assert!(
+        r.edges
+            .iter()
+            .all(|e| e.synchronised_retries.unwrap_or(0.0) == 0.0)
+    );
+}
+
 /// A POST retried without a key is unsafe, and overlapping where its first attempt still
 /// ran at the callee; timed-out writes retried are counted with or without key; a 2 ms
 /// backoff is immediate; the committed orphan is found; half the attempts timed out.

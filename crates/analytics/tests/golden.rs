@@ -311,3 +311,13 @@ async fn golden_backoff() {
 async fn golden_unknown_results() {
     check("unknown_results", fixtures::unknown_results).await;
 }
+
+#[tokio::test]
+async fn golden_envoy() {
+    check("envoy", fixtures::envoy).await;
+}
+
+#[tokio::test]
+async fn golden_synchronised() {
+    check("synchronised", fixtures::synchronised).await;
+}

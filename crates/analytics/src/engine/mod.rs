@@ -53,6 +53,9 @@ pub struct Params {
     pub retries: lineage::RetryRules,
     /// An edge's backoff is classified from this many retried calls on.
     pub backoff_min_calls: f64,
+    /// A 100 ms slot in which at least this many calls retried to one callee (and 3 times
+    /// its mean) holds synchronised retries (`retries.synchronised_min_calls`).
+    pub synchronised_min_calls: f64,
     /// The entry SLO's latency target (`alerts.entry_slo.latency_ms`): entries report the
     /// share of their requests within it.
     pub slo_latency_ms: f64,
@@ -73,6 +76,7 @@ impl Default for Params {
             clock_skew_threshold_ms: 10.0,
             retries: lineage::RetryRules::default(),
             backoff_min_calls: 10.0,
+            synchronised_min_calls: 5.0,
             slo_latency_ms: crate::alerts::EntrySlo::default().latency_ms,
             unknown_after_ms: 60_000.0,
         }
@@ -99,6 +103,7 @@ impl Params {
             ("clock_tolerance_ms", self.clock_tolerance_ms),
             ("clock_skew_threshold_ms", self.clock_skew_threshold_ms),
             ("backoff_min_calls", self.backoff_min_calls),
+            ("synchronised_min_calls", self.synchronised_min_calls),
             ("slo_latency_ms", self.slo_latency_ms),
             ("unknown_after_ms", self.unknown_after_ms),
         ];

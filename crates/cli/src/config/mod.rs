@@ -96,6 +96,7 @@ impl Config {
                 overlapping: self.retries.overlapping_resends,
             },
             backoff_min_calls: self.retries.backoff_min_calls as f64,
+            synchronised_min_calls: self.retries.synchronised_min_calls as f64,
             slo_latency_ms: self.alerts.entry_slo.latency_ms,
             unknown_after_ms: self.idempotency.unknown_after.as_secs_f64() * 1e3,
         }
@@ -226,6 +227,9 @@ pub struct RetriesConfig {
     pub overlapping_resends: stormglass_analytics::lineage::Overlapping,
     /// An edge's `backoff` is classified from this many retried calls on (null below).
     pub backoff_min_calls: u64,
+    /// A 100 ms slot in which at least this many calls retried to one callee (and 3 times
+    /// its mean per slot) holds synchronised retries.
+    pub synchronised_min_calls: u64,
 }
 
 impl Default for RetriesConfig {
@@ -236,6 +240,7 @@ impl Default for RetriesConfig {
             overlap_tolerance_ms: rules.overlap_tolerance_ms,
             overlapping_resends: rules.overlapping,
             backoff_min_calls: Params::default().backoff_min_calls as u64,
+            synchronised_min_calls: Params::default().synchronised_min_calls as u64,
         }
     }
 }

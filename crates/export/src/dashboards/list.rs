@@ -145,6 +145,13 @@ pub fn dashboards() -> Vec<Dashboard> {
                     .from_zero()
                     .query("stormglass:edge_backoff:mean_seconds_rate5m{$recorded,$edge}", "{{caller}} → {{callee}} {{operation}}"),
                 timeseries(
+                    "Synchronised retries",
+                    "The share of an edge's retries sent in a 100 ms slot in which retries of many calls reached its callee (retries.synchronised_min_calls, and 3 times its mean per slot), over each instance's window. Retries on one schedule re-ignite a storm at their period; jittered backoff spreads them.",
+                )
+                    .unit("percentunit")
+                    .share()
+                    .query("max by (caller, callee, operation) (stormglass_synchronised_retries_ratio{$series,$edge})", "{{caller}} → {{callee}} {{operation}}"),
+                timeseries(
                     "Orphan work",
                     "Seconds per minute the callee kept working after the caller gave up (cancelled or timed out). Above the dashed alert threshold (1 s/min by default, from stormglass' configuration): StormglassOrphanWork.",
                 )

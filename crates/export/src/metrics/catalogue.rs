@@ -211,6 +211,11 @@ families! {
             "Window: retry attempts / first attempts.",
             EDGE,
         ),
+        SynchronisedRetries => spec(
+            "stormglass_synchronised_retries_ratio",
+            "Window: retries sent in a 100 ms slot in which retries of many calls reached the callee (retries.synchronised_min_calls, and 3x its mean per slot) / retries.",
+            EDGE,
+        ),
         Amplification => spec(
             "stormglass_amplification_ratio",
             "Window: attempts received by the layer / attempts it would receive with no retry upstream.",
