@@ -145,17 +145,16 @@ medians AS (
     sg_bucket_quantile(bucket, n, 0.5) AS median_ms
   FROM p_timeouts GROUP BY caller, callee, operation
 ),
+-- The most frequent value (the smallest of equals), as an ordered aggregate: a window's
+-- sort over every edge's values took a fifth of this query at 160,000 edges.
 modes AS (
-  SELECT caller, callee, operation, deadline_ms AS mode_ms, n AS mode_n
+  SELECT caller, callee, operation,
+    first_value(deadline_ms ORDER BY n DESC, deadline_ms) AS mode_ms, MAX(n) AS mode_n
   FROM (
-    SELECT caller, callee, operation, deadline_ms, n,
-      ROW_NUMBER() OVER (PARTITION BY caller, callee, operation ORDER BY n DESC, deadline_ms) AS r
-    FROM (
-      SELECT caller, callee, operation, deadline_ms, SUM(n) AS n
-      FROM p_timeout_values GROUP BY caller, callee, operation, deadline_ms
-    ) summed
-  ) ranked
-  WHERE r = 1
+    SELECT caller, callee, operation, deadline_ms, SUM(n) AS n
+    FROM p_timeout_values GROUP BY caller, callee, operation, deadline_ms
+  ) summed
+  GROUP BY caller, callee, operation
 ),
 tail AS (
   SELECT caller, callee, operation, deadline_ms, SUM(at_or_below) AS at_or_below, SUM(n) AS n
@@ -246,6 +245,31 @@ timeouts AS (
   LEFT JOIN modes mo ON mo.caller = md.caller AND mo.callee = md.callee
     AND mo.operation = md.operation
 ),
+-- The lookups joined to the edges' keys alone: joined to the wide sums, each of them
+-- copied every column of every edge again (two thirds of this query at 160,000 edges).
+side AS (
+SELECT e.caller, e.callee, e.operation, t.timeout_ms, el.p999_ms AS el_p999_ms,
+  el.total AS el_total, op.p999_ms AS op_p999_ms, l.p999_ms AS l_p999_ms, tl.n AS tl_n,
+  tl.at_or_below AS tl_at_or_below, k.clock_skew_ms, rb.callee_median_ms,
+  rb.out_of_budget_retries, bo.median_ms AS bo_median_ms, bo.max_mean_ms AS bo_max_mean_ms,
+  bo.growth AS bo_growth, bo.jitter AS bo_jitter, bo.total_ms AS bo_total_ms,
+  sy.synchronised AS sy_synchronised, sy.retries AS sy_retries
+FROM (SELECT caller, callee, operation FROM e) e
+LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
+LEFT JOIN edge_latency el ON el.caller = e.caller AND el.callee = e.callee
+  AND el.operation = e.operation
+LEFT JOIN layer_operations op ON op.service = e.callee AND op.operation = e.operation
+LEFT JOIN layers l ON l.service = e.callee
+LEFT JOIN tail tl ON tl.caller = e.caller AND tl.callee = e.callee
+  AND tl.operation = e.operation AND tl.deadline_ms = t.timeout_ms
+LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
+LEFT JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
+  AND rb.operation = e.operation
+LEFT JOIN backoff bo ON bo.caller = e.caller AND bo.callee = e.callee
+  AND bo.operation = e.operation
+LEFT JOIN synchronised sy ON sy.caller = e.caller AND sy.callee = e.callee
+  AND sy.operation = e.operation
+),
 figures AS (
 SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) AS logical_calls,
   CAST(ROUND(e.attempts) AS BIGINT) AS attempts,
@@ -263,15 +287,15 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(e.timed_out_server_ok_attempts AS DOUBLE) / NULLIF(e.timed_out_served_attempts, 0)
     AS timed_out_server_ok_share,
   e.max_attempt, e.max_outer_attempt,
-  t.timeout_ms,
-  COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) AS callee_p999_ms,
-  CASE WHEN el.p999_ms IS NOT NULL THEN 'edge' WHEN op.p999_ms IS NOT NULL THEN 'operation'
-       WHEN l.p999_ms IS NOT NULL THEN 'layer' END AS callee_latency_source,
-  CASE WHEN t.timeout_ms IS NULL OR COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) IS NULL THEN NULL
-       WHEN el.p999_ms IS NOT NULL AND ABS(tl.n - el.total) <= 1e-9 * el.total
-         THEN tl.at_or_below < CEIL(0.999 * el.total)
-       ELSE t.timeout_ms < COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) END AS timeout_below_tail,
-  COALESCE(el.p999_ms, op.p999_ms, l.p999_ms) * p.timeout_factor AS recommended_timeout_ms,
+  s.timeout_ms,
+  COALESCE(s.el_p999_ms, s.op_p999_ms, s.l_p999_ms) AS callee_p999_ms,
+  CASE WHEN s.el_p999_ms IS NOT NULL THEN 'edge' WHEN s.op_p999_ms IS NOT NULL THEN 'operation'
+       WHEN s.l_p999_ms IS NOT NULL THEN 'layer' END AS callee_latency_source,
+  CASE WHEN s.timeout_ms IS NULL OR COALESCE(s.el_p999_ms, s.op_p999_ms, s.l_p999_ms) IS NULL THEN NULL
+       WHEN s.el_p999_ms IS NOT NULL AND ABS(s.tl_n - s.el_total) <= 1e-9 * s.el_total
+         THEN s.tl_at_or_below < CEIL(0.999 * s.el_total)
+       ELSE s.timeout_ms < COALESCE(s.el_p999_ms, s.op_p999_ms, s.l_p999_ms) END AS timeout_below_tail,
+  COALESCE(s.el_p999_ms, s.op_p999_ms, s.l_p999_ms) * p.timeout_factor AS recommended_timeout_ms,
   CAST(e.timeout_killed_attempts AS DOUBLE) / NULLIF(e.served_budgeted_attempts, 0)
     AS timeout_kill_share,
   CAST(e.unbudgeted_served_attempts AS DOUBLE) / NULLIF(e.served_attempts, 0)
@@ -282,12 +306,12 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.immediate_retries) AS BIGINT) AS immediate_retries,
   CAST(ROUND(e.non_retryable_retries) AS BIGINT) AS non_retryable_retries,
   CAST(ROUND(e.retries_after_deadline) AS BIGINT) AS retries_after_deadline,
-  rb.callee_median_ms,
-  CAST(ROUND(COALESCE(rb.out_of_budget_retries, 0.0)) AS BIGINT) AS out_of_budget_retries,
+  s.callee_median_ms,
+  CAST(ROUND(COALESCE(s.out_of_budget_retries, 0.0)) AS BIGINT) AS out_of_budget_retries,
   CAST(ROUND(e.unstable_key_retries) AS BIGINT) AS unstable_key_retries,
   CAST(ROUND(e.idempotency_hits) AS BIGINT) AS idempotency_hits,
   CAST(ROUND(e.deadline_inversions) AS BIGINT) AS deadline_inversions,
-  k.clock_skew_ms,
+  s.clock_skew_ms,
   CAST(ROUND(e.hidden_attempts) AS BIGINT) AS hidden_attempts,
   CAST(ROUND(e.inferred_attempts) AS BIGINT) AS inferred_attempts,
   CAST(ROUND(e.hedged_attempts) AS BIGINT) AS hedged_attempts,
@@ -299,36 +323,23 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.retry_after_violations) AS BIGINT) AS retry_after_violations,
   CAST(e.other_instance_retries AS DOUBLE) / NULLIF(e.instance_retries, 0)
     AS retries_to_other_instance,
-  CASE WHEN bo.median_ms IS NULL OR e.retried_calls < p.backoff_min_calls THEN NULL
-       WHEN bo.max_mean_ms < p.min_backoff_ms THEN 'none'
-       WHEN bo.growth >= 1.5 AND bo.jitter >= 0.2 THEN 'exponential_jitter'
-       WHEN bo.growth >= 1.5 THEN 'exponential'
+  CASE WHEN s.bo_median_ms IS NULL OR e.retried_calls < p.backoff_min_calls THEN NULL
+       WHEN s.bo_max_mean_ms < p.min_backoff_ms THEN 'none'
+       WHEN s.bo_growth >= 1.5 AND s.bo_jitter >= 0.2 THEN 'exponential_jitter'
+       WHEN s.bo_growth >= 1.5 THEN 'exponential'
        ELSE 'constant' END AS backoff,
-  bo.median_ms AS backoff_median_ms,
-  bo.growth AS backoff_growth,
-  bo.jitter AS backoff_jitter,
-  ROUND(bo.total_ms / NULLIF(e.retried_calls, 0), 3) AS backoff_per_call_ms,
-  ROUND(sy.synchronised / NULLIF(sy.retries, 0.0), 4) AS synchronised_retries,
+  s.bo_median_ms AS backoff_median_ms,
+  s.bo_growth AS backoff_growth,
+  s.bo_jitter AS backoff_jitter,
+  ROUND(s.bo_total_ms / NULLIF(e.retried_calls, 0), 3) AS backoff_per_call_ms,
+  ROUND(s.sy_synchronised / NULLIF(s.sy_retries, 0.0), 4) AS synchronised_retries,
   CAST(ROUND(e.unknown_results) AS BIGINT) AS unknown_results,
   ROUND(e.unknown_result_ms_total / NULLIF(e.unknown_resolved, 0) / 1e3, 6)
     AS unknown_result_seconds,
   CAST(ROUND(e.unknown_results_over_limit) AS BIGINT) AS unknown_results_over_limit
 FROM params p
 CROSS JOIN e
-LEFT JOIN timeouts t ON t.caller = e.caller AND t.callee = e.callee AND t.operation = e.operation
-LEFT JOIN edge_latency el ON el.caller = e.caller AND el.callee = e.callee
-  AND el.operation = e.operation
-LEFT JOIN layer_operations op ON op.service = e.callee AND op.operation = e.operation
-LEFT JOIN layers l ON l.service = e.callee
-LEFT JOIN tail tl ON tl.caller = e.caller AND tl.callee = e.callee
-  AND tl.operation = e.operation AND tl.deadline_ms = t.timeout_ms
-LEFT JOIN clock_skew k ON k.caller = e.caller AND k.callee = e.callee
-LEFT JOIN retry_budgets rb ON rb.caller = e.caller AND rb.callee = e.callee
-  AND rb.operation = e.operation
-LEFT JOIN backoff bo ON bo.caller = e.caller AND bo.callee = e.callee
-  AND bo.operation = e.operation
-LEFT JOIN synchronised sy ON sy.caller = e.caller AND sy.callee = e.callee
-  AND sy.operation = e.operation
+JOIN side s ON s.caller = e.caller AND s.callee = e.callee AND s.operation = e.operation
 )
 SELECT figures.*,
   NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin,

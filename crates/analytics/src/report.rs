@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use stormglass_model::hash::KeyedHash;
 
 use crate::engine::{AnalysisError, Engine, Partials, rows, table};
 
@@ -758,7 +759,9 @@ impl Report {
         }
         let mut entries: Vec<EntryFigures> = rows(&table(&ctx, "entry_operations").await?);
         let links: Vec<Link> = rows(&table(&ctx, "p_links").await?);
+        let started = std::time::Instant::now();
         let potential = storm_potential(&links, &edges);
+        crate::table::timed("storm potential", started);
         for entry in &mut entries {
             entry.storm_potential = potential
                 .get(&(entry.service.clone(), entry.operation.clone()))
@@ -882,7 +885,7 @@ impl Report {
 /// The position of each edge (caller, callee, operation) in the report's `edges`, for the
 /// figures a second query adds to them: one hash lookup per row, whatever the width.
 struct EdgeIndex<'e> {
-    positions: HashMap<(&'e str, &'e str, &'e str), usize>,
+    positions: Fast<(&'e str, &'e str, &'e str), usize>,
 }
 
 impl<'e> EdgeIndex<'e> {
@@ -925,6 +928,11 @@ pub struct Link {
 
 /// An edge by (caller, callee, operation), borrowed from the report's rows.
 type EdgeKey<'a> = (&'a str, &'a str, &'a str);
+
+/// Maps over an edge per row: the keyed multiply-rotate hash, not SipHash (a tenth of the
+/// report at 160,000 edges went to hashing their names).
+type Fast<K, V> = HashMap<K, V, KeyedHash>;
+type FastSet<K> = HashSet<K, KeyedHash>;
 
 /// Register `storm_potential` (service, operation, storm_potential: one row per entry
 /// operation) in a session holding the report tables, so `stormglass query` reads the
@@ -975,7 +983,7 @@ pub async fn register_storm_potential(
 /// chains differ, the worse one is what a full outage would do, so it is the one reported.
 /// A cycle in the call graph is cut where it closes. Entries without calls have 1.
 pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String, String), f64> {
-    let factor: HashMap<EdgeKey, f64> = edges
+    let factor: Fast<EdgeKey, f64> = edges
         .iter()
         .map(|e| {
             let key = (e.caller.as_str(), e.callee.as_str(), e.operation.as_str());
@@ -983,7 +991,7 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
             (key, tries(e.max_attempt) * tries(e.max_outer_attempt))
         })
         .collect();
-    let mut by_entry: HashMap<(&str, &str), Vec<&Link>> = HashMap::new();
+    let mut by_entry: Fast<(&str, &str), Vec<&Link>> = Fast::default();
     for link in links {
         by_entry
             .entry((&link.entry_service, &link.entry_operation))
@@ -995,8 +1003,8 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
         .map(|((service, operation), links)| {
             // Each parent's child edges once, in the order first met (a set beside the
             // lists: a search of the list per link grew with the children of a parent).
-            let mut children: HashMap<Option<EdgeKey>, Vec<EdgeKey>> = HashMap::new();
-            let mut seen: HashSet<(Option<EdgeKey>, EdgeKey)> = HashSet::new();
+            let mut children: Fast<Option<EdgeKey>, Vec<EdgeKey>> = Fast::default();
+            let mut seen: FastSet<(Option<EdgeKey>, EdgeKey)> = FastSet::default();
             for l in &links {
                 let parent = match (&l.parent_caller, &l.parent_callee, &l.parent_operation) {
                     (Some(a), Some(b), Some(c)) => Some((a.as_str(), b.as_str(), c.as_str())),
@@ -1007,8 +1015,8 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
                     children.entry(parent).or_default().push(edge);
                 }
             }
-            let mut memo = HashMap::new();
-            let mut on_path = HashSet::new();
+            let mut memo = Fast::default();
+            let mut on_path = FastSet::default();
             let best = children
                 .get(&None)
                 .map(|tops| {
@@ -1024,10 +1032,10 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
 
 fn chain_product<'a>(
     edge: EdgeKey<'a>,
-    children: &HashMap<Option<EdgeKey<'a>>, Vec<EdgeKey<'a>>>,
-    factor: &HashMap<EdgeKey<'a>, f64>,
-    memo: &mut HashMap<EdgeKey<'a>, f64>,
-    on_path: &mut HashSet<EdgeKey<'a>>,
+    children: &Fast<Option<EdgeKey<'a>>, Vec<EdgeKey<'a>>>,
+    factor: &Fast<EdgeKey<'a>, f64>,
+    memo: &mut Fast<EdgeKey<'a>, f64>,
+    on_path: &mut FastSet<EdgeKey<'a>>,
 ) -> f64 {
     if let Some(v) = memo.get(&edge) {
         return *v;

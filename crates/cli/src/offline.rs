@@ -63,11 +63,13 @@ pub async fn analyze(
 ) -> anyhow::Result<()> {
     let report = report(config, paths).await?;
     // The gate reads the whole report; the reader gets the part selected.
+    let started = std::time::Instant::now();
     let shown = report.select(selection);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&shown)?),
         Format::Table => print!("{}", table::report(&shown, all_orphans)),
     }
+    engine::timed("output", started);
     let failures = fail_on.map(|f| f.failures(&report)).unwrap_or_default();
     for failure in &failures {
         eprintln!("stormglass: fails the gate: {failure}");
@@ -360,7 +362,9 @@ async fn report(config: &Config, paths: &[PathBuf]) -> anyhow::Result<Report> {
         bail!("no spans could be read from {} file(s)", summary.files);
     }
     let params = config.params();
+    let started = std::time::Instant::now();
     let analysed = offline::analyse(&params, batches, offline::CHUNK_SPANS).await;
+    engine::timed("analyse", started);
     if let Ok(analysed) = &analysed {
         summary.duplicates = analysed.duplicates;
         summary.spans -= analysed.duplicates;
@@ -373,8 +377,10 @@ async fn report(config: &Config, paths: &[PathBuf]) -> anyhow::Result<Report> {
         .await
         .context("building the report failed")?;
     engine::timed("report", started);
+    let started = std::time::Instant::now();
     report.alerts = alerts::evaluate(&report, &config.alerts);
     report.bound_findings(config.report.max_findings_per_kind);
+    engine::timed("alerts", started);
     Ok(report)
 }
 
