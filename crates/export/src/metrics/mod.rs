@@ -28,7 +28,7 @@ mod catalogue;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -65,14 +65,12 @@ struct State {
     /// Per histogram family, the buckets of each series.
     histograms: Vec<BTreeMap<Key, Buckets>>,
     gauges: Vec<Family>,
-    /// Increments of series created in the last interval, applied at the next one.
-    deferred: Vec<(usize, Key, f64)>,
-    deferred_histograms: Vec<(usize, Key, Buckets)>,
-    /// Per family, the series created this interval: every update of theirs until the
-    /// next is deferred too, so one folded into an `__overflow__` series created this
-    /// interval does not show before that series has been seen at 0.
-    fresh: Vec<HashSet<Key>>,
-    fresh_histograms: Vec<HashSet<Key>>,
+    /// Per family, the series created this interval and their increments, applied at the
+    /// next one: every update of a new series waits with it (one folded into an
+    /// `__overflow__` series created this interval too), summed per series, so what waits
+    /// is bounded by the series, not by the updates (millions an interval at width).
+    deferred: Vec<HashMap<Key, f64>>,
+    deferred_histograms: Vec<HashMap<Key, Buckets>>,
     /// The figures the gauges hold ([`Report::figures`]); a report of the same figures
     /// leaves them as they are.
     gauges_of: Option<u64>,
@@ -145,8 +143,8 @@ impl FigureMetrics {
                 counters: COUNTERS.iter().map(|_| Family::default()).collect(),
                 histograms: HISTOGRAMS.iter().map(|_| BTreeMap::new()).collect(),
                 gauges: GAUGES.iter().map(|_| Family::default()).collect(),
-                fresh: COUNTERS.iter().map(|_| HashSet::new()).collect(),
-                fresh_histograms: HISTOGRAMS.iter().map(|_| HashSet::new()).collect(),
+                deferred: COUNTERS.iter().map(|_| HashMap::new()).collect(),
+                deferred_histograms: HISTOGRAMS.iter().map(|_| HashMap::new()).collect(),
                 ..State::default()
             }),
             metrics: ExportMetrics {
@@ -170,14 +168,16 @@ impl FigureMetrics {
     }
 
     fn apply_deferred(state: &mut State) {
-        for (family, key, v) in std::mem::take(&mut state.deferred) {
-            *state.counters[family].series.entry(key).or_default() += v;
+        for (family, deferred) in state.deferred.iter_mut().enumerate() {
+            for (key, v) in deferred.drain() {
+                *state.counters[family].series.entry(key).or_default() += v;
+            }
         }
-        for (family, key, b) in std::mem::take(&mut state.deferred_histograms) {
-            merge(state.histograms[family].entry(key).or_default(), &b);
+        for (family, deferred) in state.deferred_histograms.iter_mut().enumerate() {
+            for (key, b) in deferred.drain() {
+                merge(state.histograms[family].entry(key).or_default(), &b);
+            }
         }
-        state.fresh.iter_mut().for_each(HashSet::clear);
-        state.fresh_histograms.iter_mut().for_each(HashSet::clear);
     }
 
     pub fn add_interval(&self, counts: &IntervalCounts) {
@@ -318,19 +318,15 @@ impl FigureMetrics {
         } else {
             self.folded(spec, series, labels, self.limit)
         };
+        if let Some(waiting) = state.deferred[family].get_mut(&key) {
+            *waiting += v;
+            return;
+        }
         match series.get_mut(&key) {
-            Some(total) if !state.fresh[family].contains(&key) => *total += v,
-            Some(_) => {
-                if v != 0.0 {
-                    state.deferred.push((family, key, v));
-                }
-            }
+            Some(total) => *total += v,
             None => {
                 series.insert(key.clone(), 0.0);
-                state.fresh[family].insert(key.clone());
-                if v != 0.0 {
-                    state.deferred.push((family, key, v));
-                }
+                state.deferred[family].insert(key, v);
             }
         }
     }
@@ -383,11 +379,13 @@ impl FigureMetrics {
         } else {
             self.folded(spec, series, key, self.histogram_limit())
         };
+        if let Some(waiting) = state.deferred_histograms[family].get_mut(&key) {
+            merge(waiting, &b);
+            return;
+        }
         match series.get_mut(&key) {
-            Some(existing) if !state.fresh_histograms[family].contains(&key) => merge(existing, &b),
-            Some(_) => state.deferred_histograms.push((family, key, b)),
+            Some(existing) => merge(existing, &b),
             None => {
-                state.fresh_histograms[family].insert(key.clone());
                 let width = b.counts.len();
                 series.insert(
                     key.clone(),
@@ -396,7 +394,7 @@ impl FigureMetrics {
                         sum: 0.0,
                     },
                 );
-                state.deferred_histograms.push((family, key, b));
+                state.deferred_histograms[family].insert(key, b);
             }
         }
     }
