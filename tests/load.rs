@@ -498,12 +498,21 @@ fn receivers_run_nicer_than_assembly_and_analysis() {
         ("RUST_LOG", "warn"),
         ("STORMGLASS_LIMITS__RECEIVER_NICE", "7"),
     ]);
-    // A new thread takes its name once it runs: wait until the named threads show (the
-    // receivers' too: under a loaded machine they were once not named yet).
+    // A new thread takes its name once it runs, and a receiver thread its niceness just
+    // after: wait until the named threads show and every receiver thread has been made
+    // nicer (under a loaded machine one was once named but not yet reniced).
     let mut threads = threads_nice(server.pid());
     for _ in 0..100 {
         let named = |prefix: &str| threads.iter().any(|(name, _, _)| name.starts_with(prefix));
-        if named("stormglass-anal") && named("stormglass-asse") && named("stormglass-io") {
+        let base = threads.iter().find(|(_, _, tid)| *tid == server.pid());
+        let reniced = base.is_some_and(|(_, base, _)| {
+            threads
+                .iter()
+                .filter(|(name, _, _)| name.starts_with("stormglass-io"))
+                .all(|(_, nice, _)| *nice == (base + 7).min(19))
+        });
+        if named("stormglass-anal") && named("stormglass-asse") && named("stormglass-io") && reniced
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
