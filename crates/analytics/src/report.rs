@@ -929,8 +929,7 @@ pub struct Link {
 /// An edge by (caller, callee, operation), borrowed from the report's rows.
 type EdgeKey<'a> = (&'a str, &'a str, &'a str);
 
-/// Maps over an edge per row: the keyed multiply-rotate hash, not SipHash (a tenth of the
-/// report at 160,000 edges went to hashing their names).
+/// Maps keyed by edge names, with the lineage's keyed hash (model::hash) instead of SipHash.
 type Fast<K, V> = HashMap<K, V, KeyedHash>;
 type FastSet<K> = HashSet<K, KeyedHash>;
 

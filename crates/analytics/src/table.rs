@@ -85,8 +85,9 @@ pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
         if batch.num_rows() == 0 {
             continue;
         }
-        let batch = &plain_strings(batch);
-        match serde_arrow::from_record_batch::<Vec<T>>(batch) {
+        let batch =
+            plain(batch).unwrap_or_else(|e| unreachable!("strings cast to plain strings: {e}"));
+        match serde_arrow::from_record_batch::<Vec<T>>(&batch) {
             Ok(batch_rows) => rows.extend(batch_rows),
             Err(e) => unreachable!("rows follow their query's header contract: {e}"),
         }
@@ -95,35 +96,37 @@ pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
     rows
 }
 
-/// `batch` with its string views as plain strings: serde_arrow read DataFusion's view
-/// columns (a `concat` or `first_value` result) ~9x slower per row than the same strings
-/// cast to one buffer, a quarter of the report at 160,000 edges.
-fn plain_strings(batch: &RecordBatch) -> RecordBatch {
-    use arrow::datatypes::{DataType, Field, Schema};
-    let schema = batch.schema();
-    if !schema
+/// `batch` with its dictionary-encoded and view string columns as plain `Utf8`: batches
+/// of one table compacted at different times then concatenate, and serde_arrow reads them
+/// at its speed (DataFusion's view columns, a `concat` or `first_value` result, read ~9x
+/// slower per row: a quarter of the report at 160,000 edges).
+pub(crate) fn plain(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    use arrow::datatypes::{DataType, Schema};
+    let strings = |t: &DataType| match t {
+        DataType::Utf8View => true,
+        DataType::Dictionary(_, values) => **values == DataType::Utf8,
+        _ => false,
+    };
+    if !batch
+        .schema()
         .fields()
         .iter()
-        .any(|f| f.data_type() == &DataType::Utf8View)
+        .any(|f| strings(f.data_type()))
     {
-        return batch.clone();
+        return Ok(batch.clone());
     }
-    let (fields, columns): (Vec<Field>, Vec<arrow::array::ArrayRef>) = schema
-        .fields()
-        .iter()
-        .zip(batch.columns())
-        .map(|(f, c)| {
-            if f.data_type() == &DataType::Utf8View {
-                let cast = arrow::compute::cast(c, &DataType::Utf8)
-                    .unwrap_or_else(|e| unreachable!("a string view casts to a string: {e}"));
-                (f.as_ref().clone().with_data_type(DataType::Utf8), cast)
-            } else {
-                (f.as_ref().clone(), c.clone())
-            }
-        })
-        .unzip();
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        if strings(field.data_type()) {
+            columns.push(arrow::compute::cast(column, &DataType::Utf8)?);
+            fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
+        } else {
+            columns.push(column.clone());
+            fields.push(field.as_ref().clone());
+        }
+    }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .unwrap_or_else(|e| unreachable!("the same columns, cast: {e}"))
 }
 
 /// Run one registered query to completion.

@@ -224,7 +224,8 @@ impl Partials {
                 table.batches.clear();
                 continue;
             }
-            let plain: Result<Vec<RecordBatch>, _> = table.batches.iter().map(plain).collect();
+            let plain: Result<Vec<RecordBatch>, _> =
+                table.batches.iter().map(crate::table::plain).collect();
             let exact = plain.and_then(|batches| {
                 let schema = batches
                     .first()
@@ -262,36 +263,6 @@ impl Partials {
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
-}
-
-/// `batch` with its dictionary-encoded and view string columns as plain `Utf8`, so batches
-/// of one table compacted at different times concatenate.
-fn plain(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let strings = |t: &DataType| match t {
-        DataType::Utf8View => true,
-        DataType::Dictionary(_, values) => **values == DataType::Utf8,
-        _ => false,
-    };
-    if !batch
-        .schema()
-        .fields()
-        .iter()
-        .any(|f| strings(f.data_type()))
-    {
-        return Ok(batch.clone());
-    }
-    let mut fields = Vec::new();
-    let mut columns = Vec::new();
-    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        if strings(field.data_type()) {
-            columns.push(arrow::compute::cast(column, &DataType::Utf8)?);
-            fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
-        } else {
-            columns.push(column.clone());
-            fields.push(field.as_ref().clone());
-        }
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
