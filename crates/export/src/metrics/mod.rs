@@ -25,6 +25,7 @@
 //! `stormglass_export_dropped_series`.
 
 mod catalogue;
+mod edges;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ use stormglass_analytics::figures::EDGE_COUNTS;
 use stormglass_analytics::{IntervalObserver, Report, histogram};
 
 use catalogue::*;
+use edges::EdgeSeries;
 
 /// The label value overflowing series are folded into.
 pub const OVERFLOW: &str = "__overflow__";
@@ -59,9 +61,12 @@ struct Buckets {
     sum: f64,
 }
 
-#[derive(Default)]
 struct State {
+    /// The counter families not labelled by the edge alone (theirs are in `edges`).
     counters: Vec<Family>,
+    /// The counter families labelled by the edge alone, one column each
+    /// ([`FigureMetrics::edge_columns`]).
+    edges: EdgeSeries,
     /// Per histogram family, the buckets of each series.
     histograms: Vec<BTreeMap<Key, Buckets>>,
     gauges: Vec<Family>,
@@ -89,6 +94,10 @@ pub struct FigureMetrics {
     limit: usize,
     bounds: Vec<f64>,
     descs: Vec<Desc>,
+    /// Per family of [`COUNTERS`], its column in [`State::edges`] when its labels are
+    /// [`EDGE`]'s; and per column, its family.
+    edge_columns: Vec<Option<usize>>,
+    edge_families: Vec<usize>,
     state: Mutex<State>,
     metrics: ExportMetrics,
 }
@@ -135,18 +144,28 @@ impl FigureMetrics {
                 )
             })
             .collect::<prometheus::Result<Vec<_>>>()?;
+        let edge_families: Vec<usize> = (0..COUNTERS.len())
+            .filter(|&f| COUNTERS[f].labels == EDGE)
+            .collect();
+        let mut edge_columns = vec![None; COUNTERS.len()];
+        for (column, &family) in edge_families.iter().enumerate() {
+            edge_columns[family] = Some(column);
+        }
         let figures = Arc::new(FigureMetrics {
             limit: max_series_per_metric.max(1),
             bounds: histogram::le_bounds(),
             descs,
             state: Mutex::new(State {
                 counters: COUNTERS.iter().map(|_| Family::default()).collect(),
+                edges: EdgeSeries::new(edge_families.len()),
                 histograms: HISTOGRAMS.iter().map(|_| BTreeMap::new()).collect(),
                 gauges: GAUGES.iter().map(|_| Family::default()).collect(),
                 deferred: COUNTERS.iter().map(|_| HashMap::new()).collect(),
                 deferred_histograms: HISTOGRAMS.iter().map(|_| HashMap::new()).collect(),
-                ..State::default()
+                gauges_of: None,
             }),
+            edge_columns,
+            edge_families,
             metrics: ExportMetrics {
                 overflow,
                 dropped_gauges,
@@ -168,6 +187,7 @@ impl FigureMetrics {
     }
 
     fn apply_deferred(state: &mut State) {
+        state.edges.apply_waiting();
         for (family, deferred) in state.deferred.iter_mut().enumerate() {
             for (key, v) in deferred.drain() {
                 *state.counters[family].series.entry(key).or_default() += v;
@@ -184,6 +204,7 @@ impl FigureMetrics {
         let mut state = self.lock();
         let state = &mut *state;
         Self::apply_deferred(state);
+        self.add_edges(state, counts);
         // Families by index in COUNTERS: a Counter's own, or a catalogue entry's.
         let mut add =
             |family: usize, labels: Vec<String>, v: f64| self.add_to(state, family, labels, v);
@@ -232,11 +253,6 @@ impl FigureMetrics {
         }
         for r in &counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
-            for (i, (count, v)) in EDGE_COUNTS.iter().zip(&r.values).enumerate() {
-                add(edge_count_family(i), edge.clone(), v * count.unit.to_base());
-            }
-            add(Counter::OutOfBudgetRetries as usize, edge.clone(), 0.0);
-            add(Counter::OrphanWork as usize, edge.clone(), 0.0);
             for outcome in ["ok", "failed", "pending"] {
                 let mut labels = edge.clone();
                 labels.push(outcome.to_owned());
@@ -307,11 +323,47 @@ impl FigureMetrics {
             )
         });
         self.add_histograms(state, Histogram::RemainingBudget, budgets);
+        let folds: Vec<u64> = state.edges.take_folds().collect();
+        for (column, n) in folds.into_iter().enumerate() {
+            if n > 0 {
+                let name = COUNTERS[self.edge_families[column]].name;
+                self.metrics.overflow.with_label_values(&[name]).inc_by(n);
+            }
+        }
+    }
+
+    /// Each edge's counts, at one lookup per edge for all its families: the catalogue's
+    /// counts, and 0 for the safety counters a later row may add to.
+    fn add_edges(&self, state: &mut State, counts: &IntervalCounts) {
+        // The catalogue's counts are labelled by the edge (catalogue.rs), so each has a column.
+        let columns: Vec<(usize, f64)> = (EDGE_COUNTS.iter().enumerate())
+            .filter_map(|(i, c)| Some((self.edge_columns[edge_count_family(i)]?, c.unit.to_base())))
+            .collect();
+        let at_zero: Vec<usize> = [Counter::OutOfBudgetRetries, Counter::OrphanWork]
+            .iter()
+            .filter_map(|&c| self.edge_columns[c as usize])
+            .collect();
+        let spec = &COUNTERS[edge_count_family(0)];
+        for r in &counts.edges {
+            let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
+            let row = state.edges.row(spec, edge, self.limit);
+            for (&(column, unit), v) in columns.iter().zip(&r.values) {
+                state.edges.add(column, row, v * unit);
+            }
+            for &column in &at_zero {
+                state.edges.add(column, row, 0.0);
+            }
+        }
     }
 
     /// Add `v` to the series `labels` of the counter family at `family` in [`COUNTERS`].
     fn add_to(&self, state: &mut State, family: usize, labels: Vec<String>, v: f64) {
         let spec = &COUNTERS[family];
+        if let Some(column) = self.edge_columns[family] {
+            let row = state.edges.row(spec, labels, self.limit);
+            state.edges.add(column, row, v);
+            return;
+        }
         let series = &mut state.counters[family].series;
         let key = if series.contains_key(&labels) {
             labels
@@ -405,80 +457,65 @@ impl FigureMetrics {
         if report.figures.is_some() && self.lock().gauges_of == report.figures {
             return;
         }
-        let mut gauges: Vec<Family> = GAUGES.iter().map(|_| Family::default()).collect();
-        let mut set = |family: Gauge, labels: Vec<String>, v: Option<f64>| {
-            if let Some(v) = v.filter(|v| v.is_finite()) {
-                gauges[family as usize].series.insert(labels, v);
-            }
+        let mut gauges: Vec<Bounded> = GAUGES.iter().map(|_| Bounded::new(self.limit)).collect();
+        let mut set = |family: Gauge, labels: &[&str], v: Option<f64>| {
+            gauges[family as usize].set(labels, v);
         };
         let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1e3);
         for e in &report.edges {
-            let edge = vec![e.caller.clone(), e.callee.clone(), e.operation.clone()];
-            set(
-                Gauge::EffectiveSuccess,
-                edge.clone(),
-                e.effective_success_rate,
-            );
-            set(Gauge::RawSuccess, edge.clone(), e.raw_success_rate);
-            set(Gauge::RetryContribution, edge.clone(), e.retry_contribution);
-            set(Gauge::RetrySuccess, edge.clone(), e.retry_success_rate);
-            set(Gauge::RetryRatio, edge.clone(), e.retry_ratio);
-            set(
-                Gauge::SynchronisedRetries,
-                edge.clone(),
-                e.synchronised_retries,
-            );
-            set(Gauge::Timeout, edge.clone(), seconds(e.timeout_ms));
+            let edge = [e.caller.as_str(), &e.callee, &e.operation];
+            set(Gauge::EffectiveSuccess, &edge, e.effective_success_rate);
+            set(Gauge::RawSuccess, &edge, e.raw_success_rate);
+            set(Gauge::RetryContribution, &edge, e.retry_contribution);
+            set(Gauge::RetrySuccess, &edge, e.retry_success_rate);
+            set(Gauge::RetryRatio, &edge, e.retry_ratio);
+            set(Gauge::SynchronisedRetries, &edge, e.synchronised_retries);
+            set(Gauge::Timeout, &edge, seconds(e.timeout_ms));
             set(
                 Gauge::RecommendedTimeout,
-                edge.clone(),
+                &edge,
                 seconds(e.recommended_timeout_ms),
             );
-            set(Gauge::CalleeP999, edge, seconds(e.callee_p999_ms));
-            set(
-                Gauge::ClockSkew,
-                vec![e.caller.clone(), e.callee.clone()],
-                seconds(e.clock_skew_ms),
-            );
+            set(Gauge::CalleeP999, &edge, seconds(e.callee_p999_ms));
+        }
+        // One series per pair, each operation's edge giving it: the last that has it.
+        let mut pairs = std::collections::HashSet::new();
+        for e in report.edges.iter().rev() {
+            let skew = seconds(e.clock_skew_ms).filter(|v| v.is_finite());
+            if skew.is_some() && pairs.insert((e.caller.as_str(), e.callee.as_str())) {
+                set(Gauge::ClockSkew, &[&e.caller, &e.callee], skew);
+            }
         }
         for l in &report.layers {
-            let service = vec![l.service.clone()];
-            set(Gauge::Amplification, service.clone(), l.amplification);
-            set(Gauge::LayerP99, service.clone(), seconds(l.p99_ms));
-            set(Gauge::LayerP999, service.clone(), seconds(l.p999_ms));
-            set(Gauge::TailRatio, service, l.tail_ratio);
+            let service = [l.service.as_str()];
+            set(Gauge::Amplification, &service, l.amplification);
+            set(Gauge::LayerP99, &service, seconds(l.p99_ms));
+            set(Gauge::LayerP999, &service, seconds(l.p999_ms));
+            set(Gauge::TailRatio, &service, l.tail_ratio);
         }
         for c in &report.coverage.edges {
             for (field, share) in c.shares.named() {
-                let labels = vec![
-                    c.caller.clone(),
-                    c.callee.clone(),
-                    c.operation.clone(),
-                    field.to_owned(),
-                ];
-                set(Gauge::Coverage, labels, share);
+                let labels = [c.caller.as_str(), &c.callee, &c.operation, field];
+                set(Gauge::Coverage, &labels, share);
             }
         }
         for e in &report.entries {
-            set(
-                Gauge::StormPotential,
-                vec![e.service.clone(), e.operation.clone()],
-                Some(e.storm_potential),
-            );
+            let labels = [e.service.as_str(), &e.operation];
+            set(Gauge::StormPotential, &labels, Some(e.storm_potential));
         }
-        for (spec, family) in GAUGES.iter().zip(gauges.iter_mut()) {
-            let dropped = family.series.len().saturating_sub(self.limit);
-            if dropped > 0 {
-                let kept = family.series.keys().nth(self.limit).cloned();
-                if let Some(first_dropped) = kept {
-                    family.series.split_off(&first_dropped);
+        let gauges = GAUGES
+            .iter()
+            .zip(gauges)
+            .map(|(spec, family)| {
+                self.metrics
+                    .dropped_gauges
+                    .with_label_values(&[spec.name])
+                    .set(i64::try_from(family.dropped).unwrap_or(i64::MAX));
+                Family {
+                    series: family.series,
                 }
-            }
-            self.metrics
-                .dropped_gauges
-                .with_label_values(&[spec.name])
-                .set(i64::try_from(dropped).unwrap_or(i64::MAX));
-        }
+            })
+            .collect();
         let mut state = self.lock();
         state.gauges = gauges;
         state.gauges_of = report.figures;
@@ -487,14 +524,29 @@ impl FigureMetrics {
     fn families(&self) -> Vec<MetricFamily> {
         let state = self.lock();
         let mut out = Vec::new();
-        for (spec, family) in COUNTERS.iter().zip(&state.counters) {
-            out.push(family_of(spec, MetricType::COUNTER, family, |v| {
-                let mut c = proto::Counter::default();
-                c.set_value(v);
-                let mut m = proto::Metric::default();
-                m.set_counter(c);
-                m
-            }));
+        let counter = |v| {
+            let mut c = proto::Counter::default();
+            c.set_value(v);
+            let mut m = proto::Metric::default();
+            m.set_counter(c);
+            m
+        };
+        for (f, (spec, family)) in COUNTERS.iter().zip(&state.counters).enumerate() {
+            let family = match self.edge_columns[f] {
+                Some(column) => family_of(
+                    spec,
+                    MetricType::COUNTER,
+                    state.edges.series(column),
+                    counter,
+                ),
+                None => family_of(
+                    spec,
+                    MetricType::COUNTER,
+                    family.series.iter().map(|(k, v)| (k, *v)),
+                    counter,
+                ),
+            };
+            out.push(family);
         }
         for (spec, family) in HISTOGRAMS.iter().zip(&state.histograms) {
             let mut histograms = new_family(spec, MetricType::HISTOGRAM);
@@ -520,7 +572,8 @@ impl FigureMetrics {
             out.push(histograms);
         }
         for (spec, family) in GAUGES.iter().zip(&state.gauges) {
-            out.push(family_of(spec, MetricType::GAUGE, family, |v| {
+            let series = family.series.iter().map(|(k, v)| (k, *v));
+            out.push(family_of(spec, MetricType::GAUGE, series, |v| {
                 let mut g = proto::Gauge::default();
                 g.set_value(v);
                 let mut m = proto::Metric::default();
@@ -560,6 +613,48 @@ impl Collector for SharedCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         self.0.families()
+    }
+}
+
+/// A gauge family filled from a report: the first `limit` series in label order (those a
+/// sorted family cut at the limit keeps), the others counted; no key is built for a series
+/// past the limit, so a wide window costs its edges, not a key per edge and gauge.
+struct Bounded {
+    series: BTreeMap<Key, f64>,
+    limit: usize,
+    /// Series left out (each distinct set of labels once: the callers set each once).
+    dropped: usize,
+}
+
+impl Bounded {
+    fn new(limit: usize) -> Bounded {
+        Bounded {
+            series: BTreeMap::new(),
+            limit,
+            dropped: 0,
+        }
+    }
+
+    /// Set the series `labels` to `v`, unless `v` is null or not finite (no series).
+    fn set(&mut self, labels: &[&str], v: Option<f64>) {
+        let Some(v) = v.filter(|v| v.is_finite()) else {
+            return;
+        };
+        if self.series.len() >= self.limit {
+            let past = self.series.last_key_value().is_some_and(|(last, _)| {
+                labels.iter().copied().cmp(last.iter().map(String::as_str))
+                    == std::cmp::Ordering::Greater
+            });
+            if past {
+                self.dropped += 1;
+                return;
+            }
+        }
+        let key: Key = labels.iter().map(|l| (*l).to_owned()).collect();
+        if self.series.insert(key, v).is_none() && self.series.len() > self.limit {
+            self.series.pop_last();
+            self.dropped += 1;
+        }
     }
 }
 
@@ -613,15 +708,15 @@ fn new_family(spec: &Spec, kind: MetricType) -> MetricFamily {
     family
 }
 
-fn family_of(
+fn family_of<'k>(
     spec: &Spec,
     kind: MetricType,
-    family: &Family,
+    series: impl Iterator<Item = (&'k Key, f64)>,
     metric: impl Fn(f64) -> proto::Metric,
 ) -> MetricFamily {
     let mut out = new_family(spec, kind);
-    for (labels, v) in &family.series {
-        let mut m = metric(*v);
+    for (labels, v) in series {
+        let mut m = metric(v);
         m.set_label(label_pairs(spec.labels, labels));
         out.mut_metric().push(m);
     }

@@ -107,3 +107,72 @@ fn histograms_share_the_series_limit() {
         .get();
     assert_eq!(folded, 1);
 }
+
+/// The edge-labelled counters share one row per edge: a new edge's series appear at 0 in
+/// every one of them and grow one interval later; past the limit an edge folds into the
+/// overflow row, and each family counts its own folded updates.
+#[test]
+fn edge_counters_share_rows() {
+    use stormglass_analytics::counts::{EdgeCounts, IntervalCounts};
+    let registry = Registry::new();
+    let metrics = FigureMetrics::register(&registry, 2).unwrap();
+    let interval = |edges: &[&str]| IntervalCounts {
+        edges: edges
+            .iter()
+            .map(|op| EdgeCounts {
+                caller: "a".into(),
+                callee: "b".into(),
+                operation: (*op).into(),
+                values: vec![1.0; EDGE_COUNTS.len()],
+            })
+            .collect(),
+        ..IntervalCounts::default()
+    };
+    let family = edge_count_family(0);
+    let name = COUNTERS[family].name;
+    let series = |metrics: &FigureMetrics| -> Vec<(Key, f64)> {
+        let state = metrics.lock();
+        let column = metrics.edge_columns[family].unwrap();
+        state
+            .edges
+            .series(column)
+            .map(|(k, v)| (k.clone(), v))
+            .collect()
+    };
+    metrics.add_interval(&interval(&["op1", "op2", "op3"]));
+    let zero = |op: &str| (key(&["a", "b", op]), 0.0);
+    let overflow = key(&[OVERFLOW, OVERFLOW, OVERFLOW]);
+    assert_eq!(
+        series(&metrics),
+        [(overflow.clone(), 0.0), zero("op1"), zero("op2")]
+    );
+    metrics.add_interval(&interval(&["op1", "op3"]));
+    let scale = EDGE_COUNTS[0].unit.to_base();
+    assert_eq!(
+        series(&metrics),
+        [
+            (overflow, 2.0 * scale),
+            (key(&["a", "b", "op1"]), 2.0 * scale),
+            (key(&["a", "b", "op2"]), scale),
+        ]
+    );
+    let folded = |name: &str| metrics.metrics.overflow.with_label_values(&[name]).get();
+    assert_eq!(folded(name), 2);
+    assert_eq!(folded(Counter::OrphanWork.spec().name), 2);
+    assert_eq!(folded(Counter::LogicalCalls.spec().name), 0);
+}
+
+/// A gauge family past the limit keeps the first series in label order, whatever order
+/// they are set in, and counts the others; setting a kept series again replaces it.
+#[test]
+fn gauges_keep_the_first_series_in_label_order() {
+    let mut family = Bounded::new(2);
+    for (op, v) in [("c", 1.0), ("a", 2.0), ("d", 3.0), ("b", 4.0), ("a", 5.0)] {
+        family.set(&["x", op], Some(v));
+    }
+    family.set(&["x", "e"], None);
+    family.set(&["x", "f"], Some(f64::NAN));
+    let kept: Vec<(Key, f64)> = family.series.into_iter().collect();
+    assert_eq!(kept, [(key(&["x", "a"]), 5.0), (key(&["x", "b"]), 4.0)]);
+    assert_eq!(family.dropped, 2);
+}
