@@ -29,6 +29,7 @@ use crate::lineage::{
     self, ANALYSED_LINEAGE_SCHEMA, ATTEMPT_LINEAGE, ATTEMPT_LINEAGE_SCHEMA, CLOCK_PAIRS_SCHEMA,
     Detail, EDGE_NAMES, EDGE_NAMES_SCHEMA, LINEAGE, Lineage,
 };
+mod compact;
 mod planned;
 
 use crate::queries;
@@ -212,13 +213,14 @@ impl Partials {
     /// [`Partials::compact`], and string columns dictionary-encoded where that is smaller:
     /// for what the window keeps, one interval's partials per interval, whose rows at width
     /// repeat each caller, callee and operation (a chunk's are concatenated into their
-    /// interval first, so they are left plain).
+    /// interval first, so they are left plain). The counts of the tables in
+    /// [`compact::NARROWED`] are kept in the smallest integer type that holds them.
     pub fn compact_for_window(self) -> Partials {
         self.compacted(true)
     }
 
     fn compacted(mut self, encode: bool) -> Partials {
-        for (_, table) in &mut self.tables {
+        for (name, table) in &mut self.tables {
             let rows = table.rows();
             if rows == 0 {
                 table.batches.clear();
@@ -237,10 +239,12 @@ impl Partials {
                     &one,
                     &arrow::array::UInt32Array::from_iter_values(all),
                 )?;
-                if encode {
-                    dictionary_encoded(&exact)
-                } else {
+                if !encode {
                     Ok(exact)
+                } else if compact::NARROWED.contains(name) {
+                    compact::narrowed(&compact::dictionary_encoded(&exact)?)
+                } else {
+                    compact::dictionary_encoded(&exact)
                 }
             });
             if let Ok(one) = exact {
@@ -263,30 +267,6 @@ impl Partials {
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
-}
-
-/// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
-fn dictionary_encoded(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
-    let mut fields = Vec::new();
-    let mut columns = Vec::new();
-    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        let encoded = (field.data_type() == &DataType::Utf8)
-            .then(|| arrow::compute::cast(column, &dictionary))
-            .transpose()?
-            .filter(|e| e.get_array_memory_size() < column.get_array_memory_size());
-        match encoded {
-            Some(encoded) => {
-                columns.push(encoded);
-                fields.push(field.as_ref().clone().with_data_type(dictionary.clone()));
-            }
-            None => {
-                columns.push(column.clone());
-                fields.push(field.as_ref().clone());
-            }
-        }
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// Runs the analysis queries. Clones share one set of plans (and DataFusion memory pool),
@@ -637,7 +617,11 @@ impl Engine {
             for partials in window {
                 if let Some(table) = partials.table(query.name) {
                     schema.get_or_insert_with(|| table.schema.clone());
-                    batches.extend(table.batches.iter().cloned());
+                    for batch in &table.batches {
+                        let wide = compact::widened(batch, &table.schema)
+                            .map_err(|e| AnalysisError::query(query.name, e))?;
+                        batches.push(wide);
+                    }
                 }
             }
             let Some(schema) = schema else {
