@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use arrow::error::ArrowError;
 
 /// The partial tables whose numbers the window keeps narrowed ([`narrowed`]): the merge
-/// widens them back ([`widened`]) and the interval's counts cast what they read, so
-/// nothing else sees the narrow types. At width `partial_edges` is most of the window: a
-/// row per edge and interval of ~55 counts, a few calls each, 8 bytes apiece.
+/// reads them at their own types ([`common_schema`]) and the interval's counts cast what
+/// they read, so nothing else sees the narrow types. At width `partial_edges` is most of
+/// the window: a row per edge and interval of ~55 counts, a few calls each, 8 bytes apiece.
 pub(super) const NARROWED: &[&str] = &["partial_edges"];
 
 /// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
@@ -38,7 +38,7 @@ pub(super) fn dictionary_encoded(batch: &RecordBatch) -> Result<RecordBatch, Arr
 
 /// `batch` with each `Float64` column of whole non-negative numbers stored as the smallest
 /// unsigned integer that holds them, and each `Int64` column as the smallest signed one:
-/// exact both ways, so [`widened`] gives back the same values.
+/// exact both ways, so a cast back gives the same values.
 pub(super) fn narrowed(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     let mut fields = Vec::new();
     let mut columns = Vec::new();
@@ -91,48 +91,105 @@ pub(super) fn narrowed(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-/// `batch` with the columns [`narrowed`] stored narrow back at their type in `schema`
-/// (the query's own); other columns (strings, plain or dictionary) as they are.
-pub(super) fn widened(batch: &RecordBatch, schema: &Schema) -> Result<RecordBatch, ArrowError> {
-    let wide = |t: &DataType| matches!(t, DataType::Float64 | DataType::Int64);
-    let differs = batch
-        .schema()
-        .fields()
-        .iter()
-        .zip(schema.fields())
-        .any(|(a, b)| a.data_type() != b.data_type() && wide(b.data_type()));
-    if !differs {
-        return Ok(batch.clone());
-    }
+/// One batch of a narrowed table's chunks (`batches`, each [`narrowed`]), its strings
+/// dictionary-encoded and its counts narrowed again. Column by column: a column the
+/// chunks narrowed to different types is concatenated at its type in `schema` (the
+/// query's), so no more than one column is ever wide at once.
+pub(super) fn concat_narrowed(
+    schema: &Schema,
+    batches: &[RecordBatch],
+) -> Result<RecordBatch, ArrowError> {
     let mut fields = Vec::new();
     let mut columns = Vec::new();
-    for ((field, column), canonical) in batch
-        .schema()
-        .fields()
-        .iter()
-        .zip(batch.columns())
-        .zip(schema.fields())
-    {
-        if field.data_type() != canonical.data_type() && wide(canonical.data_type()) {
-            columns.push(arrow::compute::cast(column, canonical.data_type())?);
-            fields.push(
-                field
-                    .as_ref()
-                    .clone()
-                    .with_data_type(canonical.data_type().clone()),
-            );
-        } else {
-            columns.push(column.clone());
-            fields.push(field.as_ref().clone());
+    for (i, field) in schema.fields().iter().enumerate() {
+        let mut arrays: Vec<ArrayRef> = batches.iter().map(|b| b.column(i).clone()).collect();
+        if arrays
+            .windows(2)
+            .any(|w| w[0].data_type() != w[1].data_type())
+        {
+            arrays = (arrays.iter())
+                .map(|a| arrow::compute::cast(a, field.data_type()))
+                .collect::<Result<_, _>>()?;
         }
+        let parts: Vec<&dyn Array> = arrays.iter().map(AsRef::as_ref).collect();
+        let column = arrow::compute::concat(&parts)?;
+        fields.push(
+            field
+                .as_ref()
+                .clone()
+                .with_data_type(column.data_type().clone()),
+        );
+        columns.push(column);
     }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+    let one = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+    narrowed(&dictionary_encoded(&one)?)
+}
+
+/// The schema a narrowed table's batches across the window are merged at: per column, the
+/// widest of the narrow types the batches hold (UInt8 < UInt16 < UInt32 < Float64, Int8 <
+/// ... < Int64), the query's own type in `schema` where they differ otherwise. The merge
+/// casts a column up to it only where a batch's is narrower, and the report reads the
+/// merged table through a view at the query's types ([`Engine::merge`](super::Engine::merge)),
+/// so the window's counts are never held wide.
+pub(super) fn common_schema(schema: &Schema, batches: &[RecordBatch]) -> Schema {
+    fn rank(t: &DataType) -> Option<(u8, u8)> {
+        Some(match t {
+            DataType::UInt8 => (0, 0),
+            DataType::UInt16 => (0, 1),
+            DataType::UInt32 => (0, 2),
+            DataType::Float64 => (0, 3),
+            DataType::Int8 => (1, 0),
+            DataType::Int16 => (1, 1),
+            DataType::Int32 => (1, 2),
+            DataType::Int64 => (1, 3),
+            _ => return None,
+        })
+    }
+    let fields: Vec<Field> = (schema.fields().iter().enumerate())
+        .map(|(i, field)| {
+            let types: Vec<DataType> = (batches.iter())
+                .map(|b| b.schema().field(i).data_type().clone())
+                .collect();
+            let to = match types.split_first() {
+                None => field.data_type().clone(),
+                Some((first, rest)) if rest.iter().all(|t| t == first) => first.clone(),
+                Some(_) => {
+                    let ranked: Option<Vec<(u8, u8)>> = types.iter().map(rank).collect();
+                    match ranked {
+                        Some(ranks) if ranks.iter().all(|r| r.0 == ranks[0].0) => {
+                            let widest = ranks.iter().zip(&types).max_by_key(|(r, _)| **r);
+                            widest.map_or(field.data_type().clone(), |(_, t)| t.clone())
+                        }
+                        _ => field.data_type().clone(),
+                    }
+                }
+            };
+            field.as_ref().clone().with_data_type(to)
+        })
+        .collect();
+    Schema::new(fields)
+}
+
+/// `batch` with each column cast to its type in `schema` where it differs.
+pub(super) fn conformed(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, ArrowError> {
+    let columns = (batch.columns().iter().zip(schema.fields()))
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                arrow::compute::cast(c, f.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Array, Float64Array, Int64Array};
-    use arrow::datatypes::Field;
+    use arrow::array::{Float64Array, Int64Array};
 
     use super::*;
 
@@ -175,11 +232,44 @@ mod tests {
                 DataType::Int8
             ]
         );
-        let wide = widened(&narrow, &schema).unwrap();
+        let wide = conformed(&narrow, &schema).unwrap();
         assert_eq!(wide.schema().fields(), batch.schema().fields());
         for (a, b) in wide.columns().iter().zip(batch.columns()) {
             assert_eq!(a.to_data(), b.to_data());
         }
+        // Chunks narrowed to different types come together as one batch of the same values.
+        let other = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Float64Array::from(vec![Some(300.0)])),
+                Arc::new(Float64Array::from(vec![Some(1.0)])),
+                Arc::new(Float64Array::from(vec![Some(1.0)])),
+                Arc::new(Float64Array::from(vec![Some(1.0)])),
+                Arc::new(Int64Array::from(vec![Some(1)])),
+            ],
+        )
+        .unwrap();
+        let one = concat_narrowed(&schema, &[narrow, narrowed(&other).unwrap()]).unwrap();
+        assert_eq!(one.num_rows(), 4);
+        let expected =
+            arrow::compute::concat_batches(&schema, &[batch.clone(), other.clone()]).unwrap();
+        let wide = conformed(&one, &schema).unwrap();
+        for (a, b) in wide.columns().iter().zip(expected.columns()) {
+            assert_eq!(a.to_data(), b.to_data());
+        }
+        let two = [narrowed(&batch).unwrap(), narrowed(&other).unwrap()];
+        let common = common_schema(&schema, &two);
+        let types: Vec<&DataType> = common.fields().iter().map(|f| f.data_type()).collect();
+        assert_eq!(
+            types,
+            [
+                &DataType::UInt16,
+                &DataType::UInt32,
+                &DataType::Float64,
+                &DataType::Float64,
+                &DataType::Int8
+            ]
+        );
         let counts: Float64Array = (0..4096).map(|i| f64::from(i % 7)).collect();
         let one = Arc::new(Schema::new(vec![Field::new("n", DataType::Float64, false)]));
         let batch = RecordBatch::try_new(one, vec![Arc::new(counts)]).unwrap();

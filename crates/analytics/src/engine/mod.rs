@@ -203,18 +203,20 @@ impl Partials {
         Some(merged)
     }
 
-    /// Each table as one batch with buffers of exact size: DataFusion's output batches
-    /// carry spare capacity (a few hundred KiB per table), which a window of many chunks
-    /// would otherwise hold for its whole length.
+    /// Each table as one batch with buffers of exact size (DataFusion's output batches
+    /// carry spare capacity, a few hundred KiB per table, which a window of many chunks
+    /// would otherwise hold for its whole length), and the counts of the tables in
+    /// [`compact::NARROWED`] in the smallest integer type that holds them: done per chunk,
+    /// as it is analysed, since an interval's chunks wait for its end.
     pub fn compact(self) -> Partials {
         self.compacted(false)
     }
 
-    /// [`Partials::compact`], and string columns dictionary-encoded where that is smaller:
-    /// for what the window keeps, one interval's partials per interval, whose rows at width
-    /// repeat each caller, callee and operation (a chunk's are concatenated into their
-    /// interval first, so they are left plain). The counts of the tables in
-    /// [`compact::NARROWED`] are kept in the smallest integer type that holds them.
+    /// For what the window keeps, one interval's chunks ([`Partials::compact`]ed): each
+    /// table as one batch again, its strings dictionary-encoded where that is smaller (at
+    /// width its rows repeat each caller, callee and operation across the chunks). The
+    /// tables in [`compact::NARROWED`] are put together column by column
+    /// ([`compact::concat_narrowed`]), never widened whole.
     pub fn compact_for_window(self) -> Partials {
         self.compacted(true)
     }
@@ -224,6 +226,13 @@ impl Partials {
             let rows = table.rows();
             if rows == 0 {
                 table.batches.clear();
+                continue;
+            }
+            let narrowed = compact::NARROWED.contains(name);
+            if encode && narrowed {
+                if let Ok(one) = compact::concat_narrowed(&table.schema, &table.batches) {
+                    table.batches = vec![one];
+                }
                 continue;
             }
             let plain: Result<Vec<RecordBatch>, _> =
@@ -239,12 +248,12 @@ impl Partials {
                     &one,
                     &arrow::array::UInt32Array::from_iter_values(all),
                 )?;
-                if !encode {
-                    Ok(exact)
-                } else if compact::NARROWED.contains(name) {
-                    compact::narrowed(&compact::dictionary_encoded(&exact)?)
-                } else {
+                if encode {
                     compact::dictionary_encoded(&exact)
+                } else if narrowed {
+                    compact::narrowed(&exact)
+                } else {
+                    Ok(exact)
                 }
             });
             if let Ok(one) = exact {
@@ -597,6 +606,47 @@ impl Engine {
         Ok(ctx)
     }
 
+    /// Register a narrowed table's window `batches` as `name` at the query's types in
+    /// `schema`: the batches held at their [`compact::common_schema`], under a view that
+    /// casts each batch as a query scans it, so the counts are not held wide for the
+    /// report's length.
+    async fn register_narrowed(
+        ctx: &SessionContext,
+        name: &str,
+        schema: &Schema,
+        batches: &[RecordBatch],
+    ) -> Result<(), AnalysisError> {
+        use datafusion::common::Column;
+        use datafusion::logical_expr::{Expr, cast};
+        let failed = |e: DataFusionError| AnalysisError::query(name, e);
+        let common = Arc::new(compact::common_schema(schema, batches));
+        let batches = (batches.iter())
+            .map(|b| compact::conformed(b, &common))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| AnalysisError::query(name, e))?;
+        let narrow = format!("{name}_narrow");
+        register(ctx, &narrow, common.clone(), batches)?;
+        let columns: Vec<Expr> = (schema.fields().iter().zip(common.fields()))
+            .map(|(wide, held)| {
+                let column = Expr::Column(Column::from_name(wide.name()));
+                let numeric = matches!(wide.data_type(), DataType::Float64 | DataType::Int64);
+                if numeric && held.data_type() != wide.data_type() {
+                    cast(column, wide.data_type().clone()).alias(wide.name())
+                } else {
+                    column
+                }
+            })
+            .collect();
+        let view = ctx
+            .table(narrow.as_str())
+            .await
+            .and_then(|t| t.select(columns))
+            .map_err(failed)?
+            .into_view();
+        ctx.register_table(name, view).map_err(failed)?;
+        Ok(())
+    }
+
     async fn merge_into(
         &self,
         ctx: &SessionContext,
@@ -617,17 +667,18 @@ impl Engine {
             for partials in window {
                 if let Some(table) = partials.table(query.name) {
                     schema.get_or_insert_with(|| table.schema.clone());
-                    for batch in &table.batches {
-                        let wide = compact::widened(batch, &table.schema)
-                            .map_err(|e| AnalysisError::query(query.name, e))?;
-                        batches.push(wide);
-                    }
+                    batches.extend(table.batches.iter().cloned());
                 }
             }
             let Some(schema) = schema else {
                 unreachable!("every Partials holds every partial query");
             };
-            register(ctx, &queries::merged_name(query.name), schema, batches)?;
+            let name = queries::merged_name(query.name);
+            if compact::NARROWED.contains(&query.name) {
+                Self::register_narrowed(ctx, &name, &schema, &batches).await?;
+            } else {
+                register(ctx, &name, schema, batches)?;
+            }
         }
         for query in queries::REPORT {
             let table = run(ctx, query).await?;
