@@ -12,7 +12,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use stormglass_model::hash::KeyedHash;
 
-use crate::engine::{AnalysisError, Engine, Partials, rows, table};
+use datafusion::prelude::SessionContext;
+
+use crate::engine::{AnalysisError, Engine, Partials, Table, rows, table};
 
 /// One alert whose condition holds (the report's `alerts`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -673,6 +675,16 @@ impl Report {
     }
 }
 
+/// A report table's rows for [`Report::build`], the table then dropped from `ctx`: read
+/// once, its Arrow batches go as soon as its rows are made, so at width the report's
+/// tables do not all stay in memory beside the rows made of them.
+async fn taken(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
+    let read = table(ctx, name).await?;
+    ctx.deregister_table(name)
+        .map_err(|e| AnalysisError::query(name, e))?;
+    Ok(read)
+}
+
 /// Window bounds: given ones (live), else the analysed spans' range (offline).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WindowBounds {
@@ -689,7 +701,7 @@ impl Report {
         bounds: WindowBounds,
     ) -> Result<Report, AnalysisError> {
         let ctx = engine.merge(window).await?;
-        let mut edges: Vec<EdgeFigures> = rows(&table(&ctx, "edges").await?);
+        let mut edges: Vec<EdgeFigures> = rows(&taken(&ctx, "edges").await?);
         #[derive(Deserialize)]
         struct Cause {
             caller: String,
@@ -698,7 +710,7 @@ impl Report {
             cause: String,
             retries: u64,
         }
-        let causes: Vec<Cause> = rows(&table(&ctx, "edge_causes").await?);
+        let causes: Vec<Cause> = rows(&taken(&ctx, "edge_causes").await?);
         #[derive(Deserialize)]
         struct Remaining {
             caller: String,
@@ -706,7 +718,7 @@ impl Report {
             operation: String,
             remaining_budget_ms: Option<f64>,
         }
-        let remaining: Vec<Remaining> = rows(&table(&ctx, "remaining_budgets").await?);
+        let remaining: Vec<Remaining> = rows(&taken(&ctx, "remaining_budgets").await?);
         let (causes, remaining) = {
             let index = EdgeIndex::new(&edges);
             let causes: Vec<(usize, Cause)> = causes
@@ -728,7 +740,7 @@ impl Report {
         for (i, ms) in remaining {
             edges[i].remaining_budget_ms = ms;
         }
-        let mut layers: Vec<LayerFigures> = rows(&table(&ctx, "layers").await?);
+        let mut layers: Vec<LayerFigures> = rows(&taken(&ctx, "layers").await?);
         #[derive(Deserialize)]
         struct Operation {
             service: String,
@@ -740,7 +752,7 @@ impl Report {
             .enumerate()
             .map(|(i, l)| (l.service.clone(), i))
             .collect();
-        for row in rows::<Operation>(&table(&ctx, "layer_operations").await?) {
+        for row in rows::<Operation>(&taken(&ctx, "layer_operations").await?) {
             if let Some(&i) = by_service.get(&row.service) {
                 layers[i].operations.push(row.latency);
             }
@@ -757,8 +769,8 @@ impl Report {
                     .sort_by(|a, b| a.operation.cmp(&b.operation));
             }
         }
-        let mut entries: Vec<EntryFigures> = rows(&table(&ctx, "entry_operations").await?);
-        let links: Vec<Link> = rows(&table(&ctx, "p_links").await?);
+        let mut entries: Vec<EntryFigures> = rows(&taken(&ctx, "entry_operations").await?);
+        let links: Vec<Link> = rows(&taken(&ctx, "p_links").await?);
         let started = std::time::Instant::now();
         let potential = storm_potential(&links, &edges);
         crate::table::timed("storm potential", started);
@@ -768,7 +780,7 @@ impl Report {
                 .copied()
                 .unwrap_or(1.0);
         }
-        let by_service: Vec<TraceCounts> = rows(&table(&ctx, "trace_counts").await?);
+        let by_service: Vec<TraceCounts> = rows(&taken(&ctx, "trace_counts").await?);
         let traces = Traces {
             entry_requests: by_service.iter().map(|t| t.entry_requests).sum(),
             multi_layer_retry_traces: by_service.iter().map(|t| t.multi_layer_retry_traces).sum(),
@@ -783,7 +795,7 @@ impl Report {
             .take(MAX_LISTED_ORPHANS)
             .collect();
         orphans.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
-        let findings: Vec<Finding> = rows(&table(&ctx, "finding_counts").await?);
+        let findings: Vec<Finding> = rows(&taken(&ctx, "finding_counts").await?);
         // The shares' fields spelled out, not `#[serde(flatten)]`: flattening buffers every
         // row into a map first, a tenth of the report at 178,000 edges.
         #[derive(Deserialize)]
@@ -802,7 +814,7 @@ impl Report {
             from_server_spans: Option<f64>,
             inferred: Option<f64>,
         }
-        let covered = rows::<CoverageRow>(&table(&ctx, "coverage").await?);
+        let covered = rows::<CoverageRow>(&taken(&ctx, "coverage").await?);
         let mut coverage = Coverage {
             services: Vec::new(),
             edges: Vec::with_capacity(covered.len()),
