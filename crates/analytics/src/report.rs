@@ -9,10 +9,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use stormglass_model::hash::KeyedHash;
-
-use datafusion::prelude::SessionContext;
 
 use crate::engine::{AnalysisError, Engine, Partials, Table, rows, table};
 

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 use serde::de::DeserializeOwned;
@@ -100,31 +101,48 @@ pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
 /// of one table compacted at different times then concatenate, and serde_arrow reads them
 /// at its speed (DataFusion's view columns, a `concat` or `first_value` result, read ~9x
 /// slower per row: a quarter of the report at 160,000 edges).
-pub(crate) fn plain(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
-    use arrow::datatypes::{DataType, Schema};
-    let strings = |t: &DataType| match t {
-        DataType::Utf8View => true,
-        DataType::Dictionary(_, values) => **values == DataType::Utf8,
-        _ => false,
-    };
-    if !batch
-        .schema()
-        .fields()
-        .iter()
-        .any(|f| strings(f.data_type()))
-    {
-        return Ok(batch.clone());
-    }
+pub(crate) fn plain(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    recast(batch, |field, column| {
+        let strings = match field.data_type() {
+            DataType::Utf8View => true,
+            DataType::Dictionary(_, values) => **values == DataType::Utf8,
+            _ => false,
+        };
+        strings
+            .then(|| arrow::compute::cast(column, &DataType::Utf8))
+            .transpose()
+    })
+}
+
+/// `batch` with the array `recast` gives for a column (of the same length) in its place,
+/// the field's type following it; `batch` itself where it gives none.
+pub(crate) fn recast(
+    batch: &RecordBatch,
+    mut recast: impl FnMut(&Field, &ArrayRef) -> Result<Option<ArrayRef>, ArrowError>,
+) -> Result<RecordBatch, ArrowError> {
     let mut fields = Vec::new();
     let mut columns = Vec::new();
+    let mut changed = false;
     for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        if strings(field.data_type()) {
-            columns.push(arrow::compute::cast(column, &DataType::Utf8)?);
-            fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
-        } else {
-            columns.push(column.clone());
-            fields.push(field.as_ref().clone());
+        match recast(field, column)? {
+            Some(new) => {
+                fields.push(
+                    field
+                        .as_ref()
+                        .clone()
+                        .with_data_type(new.data_type().clone()),
+                );
+                columns.push(new);
+                changed = true;
+            }
+            None => {
+                fields.push(field.as_ref().clone());
+                columns.push(column.clone());
+            }
         }
+    }
+    if !changed {
+        return Ok(batch.clone());
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }

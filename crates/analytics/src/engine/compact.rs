@@ -3,8 +3,10 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema};
 use arrow::error::ArrowError;
+
+use crate::table::recast;
 
 /// The partial tables whose numbers the window keeps narrowed ([`narrowed`]): the merge
 /// reads them at their own types ([`common_schema`]) and the interval's counts cast what
@@ -15,80 +17,61 @@ pub(super) const NARROWED: &[&str] = &["partial_edges"];
 /// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
 pub(super) fn dictionary_encoded(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
-    let mut fields = Vec::new();
-    let mut columns = Vec::new();
-    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        let encoded = (field.data_type() == &DataType::Utf8)
+    recast(batch, |field, column| {
+        Ok((field.data_type() == &DataType::Utf8)
             .then(|| arrow::compute::cast(column, &dictionary))
             .transpose()?
-            .filter(|e| e.get_array_memory_size() < column.get_array_memory_size());
-        match encoded {
-            Some(encoded) => {
-                columns.push(encoded);
-                fields.push(field.as_ref().clone().with_data_type(dictionary.clone()));
-            }
-            None => {
-                columns.push(column.clone());
-                fields.push(field.as_ref().clone());
-            }
-        }
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+            .filter(|e| e.get_array_memory_size() < column.get_array_memory_size()))
+    })
 }
 
 /// `batch` with each `Float64` column of whole non-negative numbers stored as the smallest
 /// unsigned integer that holds them, and each `Int64` column as the smallest signed one:
 /// exact both ways, so a cast back gives the same values.
 pub(super) fn narrowed(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    let mut fields = Vec::new();
-    let mut columns = Vec::new();
-    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        let to = match field.data_type() {
-            DataType::Float64 => {
-                let values = column.as_primitive::<Float64Type>();
-                let whole = values
-                    .iter()
-                    .flatten()
-                    .all(|v| v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX));
-                let max = values.iter().flatten().fold(0.0, f64::max);
-                whole.then(|| {
-                    if max <= f64::from(u8::MAX) {
-                        DataType::UInt8
-                    } else if max <= f64::from(u16::MAX) {
-                        DataType::UInt16
-                    } else {
-                        DataType::UInt32
-                    }
-                })
-            }
-            DataType::Int64 => {
-                let values = column.as_primitive::<Int64Type>();
-                let (min, max) = (arrow::compute::min(values), arrow::compute::max(values));
-                let within = |lo: i64, hi: i64| min.unwrap_or(0) >= lo && max.unwrap_or(0) <= hi;
-                if within(i8::MIN.into(), i8::MAX.into()) {
-                    Some(DataType::Int8)
-                } else if within(i16::MIN.into(), i16::MAX.into()) {
-                    Some(DataType::Int16)
-                } else if within(i32::MIN.into(), i32::MAX.into()) {
-                    Some(DataType::Int32)
+    recast(batch, |field, column| {
+        narrow_type(field.data_type(), column)
+            .map(|to| arrow::compute::cast(column, &to))
+            .transpose()
+    })
+}
+
+/// The narrow type [`narrowed`] stores `column` (of type `data_type`) at, if any.
+fn narrow_type(data_type: &DataType, column: &ArrayRef) -> Option<DataType> {
+    match data_type {
+        DataType::Float64 => {
+            let values = column.as_primitive::<Float64Type>();
+            let whole = values
+                .iter()
+                .flatten()
+                .all(|v| v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX));
+            let max = values.iter().flatten().fold(0.0, f64::max);
+            whole.then(|| {
+                if max <= f64::from(u8::MAX) {
+                    DataType::UInt8
+                } else if max <= f64::from(u16::MAX) {
+                    DataType::UInt16
                 } else {
-                    None
+                    DataType::UInt32
                 }
-            }
-            _ => None,
-        };
-        match to {
-            Some(to) => {
-                columns.push(arrow::compute::cast(column, &to)?);
-                fields.push(field.as_ref().clone().with_data_type(to));
-            }
-            None => {
-                columns.push(column.clone());
-                fields.push(field.as_ref().clone());
+            })
+        }
+        DataType::Int64 => {
+            let values = column.as_primitive::<Int64Type>();
+            let (min, max) = (arrow::compute::min(values), arrow::compute::max(values));
+            let within = |lo: i64, hi: i64| min.unwrap_or(0) >= lo && max.unwrap_or(0) <= hi;
+            if within(i8::MIN.into(), i8::MAX.into()) {
+                Some(DataType::Int8)
+            } else if within(i16::MIN.into(), i16::MAX.into()) {
+                Some(DataType::Int16)
+            } else if within(i32::MIN.into(), i32::MAX.into()) {
+                Some(DataType::Int32)
+            } else {
+                None
             }
         }
+        _ => None,
     }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// One batch of a narrowed table's chunks (`batches`, each [`narrowed`]), its strings
@@ -132,37 +115,33 @@ pub(super) fn concat_narrowed(
 /// merged table through a view at the query's types ([`Engine::merge`](super::Engine::merge)),
 /// so the window's counts are never held wide.
 pub(super) fn common_schema(schema: &Schema, batches: &[RecordBatch]) -> Schema {
-    fn rank(t: &DataType) -> Option<(u8, u8)> {
-        Some(match t {
-            DataType::UInt8 => (0, 0),
-            DataType::UInt16 => (0, 1),
-            DataType::UInt32 => (0, 2),
-            DataType::Float64 => (0, 3),
-            DataType::Int8 => (1, 0),
-            DataType::Int16 => (1, 1),
-            DataType::Int32 => (1, 2),
-            DataType::Int64 => (1, 3),
-            _ => return None,
-        })
-    }
+    // A column's narrow types are of one family: its query's type is Float64 or Int64.
+    const ORDER: [DataType; 8] = [
+        DataType::UInt8,
+        DataType::UInt16,
+        DataType::UInt32,
+        DataType::Float64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+    ];
     let fields: Vec<Field> = (schema.fields().iter().enumerate())
         .map(|(i, field)| {
             let types: Vec<DataType> = (batches.iter())
                 .map(|b| b.schema().field(i).data_type().clone())
                 .collect();
-            let to = match types.split_first() {
-                None => field.data_type().clone(),
-                Some((first, rest)) if rest.iter().all(|t| t == first) => first.clone(),
-                Some(_) => {
-                    let ranked: Option<Vec<(u8, u8)>> = types.iter().map(rank).collect();
-                    match ranked {
-                        Some(ranks) if ranks.iter().all(|r| r.0 == ranks[0].0) => {
-                            let widest = ranks.iter().zip(&types).max_by_key(|(r, _)| **r);
-                            widest.map_or(field.data_type().clone(), |(_, t)| t.clone())
-                        }
-                        _ => field.data_type().clone(),
-                    }
-                }
+            let same = types.windows(2).all(|w| w[0] == w[1]);
+            let widest = || {
+                let ranks: Option<Vec<usize>> = types
+                    .iter()
+                    .map(|t| ORDER.iter().position(|o| o == t))
+                    .collect();
+                ranks?.into_iter().max().map(|r| ORDER[r].clone())
+            };
+            let to = match types.first() {
+                Some(first) if same => first.clone(),
+                _ => widest().unwrap_or_else(|| field.data_type().clone()),
             };
             field.as_ref().clone().with_data_type(to)
         })
@@ -170,28 +149,16 @@ pub(super) fn common_schema(schema: &Schema, batches: &[RecordBatch]) -> Schema 
     Schema::new(fields)
 }
 
-/// `batch` with each column cast to its type in `schema` where it differs.
-pub(super) fn conformed(
-    batch: &RecordBatch,
-    schema: &SchemaRef,
-) -> Result<RecordBatch, ArrowError> {
-    let columns = (batch.columns().iter().zip(schema.fields()))
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                arrow::compute::cast(c, f.data_type())
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    RecordBatch::try_new(schema.clone(), columns)
-}
-
 #[cfg(test)]
 mod tests {
     use arrow::array::{Float64Array, Int64Array};
 
+    use super::super::planned::conform;
     use super::*;
+
+    fn conformed(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> RecordBatch {
+        conform(schema, vec![batch.clone()]).unwrap().remove(0)
+    }
 
     /// Whole counts narrow to the smallest integer and widen back to the same values;
     /// fractions (sampling weights), negatives and nulls keep their meaning.
@@ -232,7 +199,7 @@ mod tests {
                 DataType::Int8
             ]
         );
-        let wide = conformed(&narrow, &schema).unwrap();
+        let wide = conformed(&narrow, &schema);
         assert_eq!(wide.schema().fields(), batch.schema().fields());
         for (a, b) in wide.columns().iter().zip(batch.columns()) {
             assert_eq!(a.to_data(), b.to_data());
@@ -253,7 +220,7 @@ mod tests {
         assert_eq!(one.num_rows(), 4);
         let expected =
             arrow::compute::concat_batches(&schema, &[batch.clone(), other.clone()]).unwrap();
-        let wide = conformed(&one, &schema).unwrap();
+        let wide = conformed(&one, &schema);
         for (a, b) in wide.columns().iter().zip(expected.columns()) {
             assert_eq!(a.to_data(), b.to_data());
         }

@@ -620,9 +620,7 @@ impl Engine {
         use datafusion::logical_expr::{Expr, cast};
         let failed = |e: DataFusionError| AnalysisError::query(name, e);
         let common = Arc::new(compact::common_schema(schema, batches));
-        let batches = (batches.iter())
-            .map(|b| compact::conformed(b, &common))
-            .collect::<Result<Vec<_>, _>>()
+        let batches = planned::conform(&common, batches.to_vec())
             .map_err(|e| AnalysisError::query(name, e))?;
         let narrow = format!("{name}_narrow");
         register(ctx, &narrow, common.clone(), batches)?;
