@@ -7,7 +7,10 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+
+use stormglass_model::hash::KeyedHash;
 
 use crate::engine::Partials;
 use crate::figures::EDGE_COUNTS;
@@ -25,19 +28,19 @@ fn column(batch: &RecordBatch, name: &str, to: &DataType) -> arrow::array::Array
     }
 }
 
-/// A label column: null (an unnamed service or operation) is "unknown".
-fn labels(batch: &RecordBatch, name: &str) -> Vec<String> {
-    let column = column(batch, name, &DataType::Utf8);
+/// A label column as plain strings, for [`label`].
+fn labels(batch: &RecordBatch, name: &str) -> arrow::array::ArrayRef {
+    column(batch, name, &DataType::Utf8)
+}
+
+/// Row `i` of a [`labels`] column: null (an unnamed service or operation) is "unknown".
+fn label(column: &arrow::array::ArrayRef, i: usize) -> &str {
     let strings = column.as_string::<i32>();
-    (0..strings.len())
-        .map(|i| {
-            if strings.is_null(i) {
-                "unknown".to_owned()
-            } else {
-                strings.value(i).to_owned()
-            }
-        })
-        .collect()
+    if strings.is_null(i) {
+        "unknown"
+    } else {
+        strings.value(i)
+    }
 }
 
 /// A count column: null (a sum over nothing) is 0.
@@ -71,7 +74,10 @@ fn indexes(batch: &RecordBatch, name: &str) -> Vec<i64> {
 }
 
 /// One row type per partial table: its labels (strings), bucket indexes and counts, read
-/// column by column from every batch of the table.
+/// column by column from every batch of the table, one row per distinct labels and
+/// indexes with its counts summed. An interval's partials hold each chunk's rows, so at
+/// width a key repeats across chunks: the strings are borrowed from the columns while
+/// rows are summed, and owned once per key.
 macro_rules! counts {
     ($(
         $(#[$doc:meta])*
@@ -95,17 +101,41 @@ macro_rules! counts {
                     debug_assert!(false, "partial {} is missing", $table);
                     return Vec::new();
                 };
-                let mut rows = Vec::with_capacity(table.rows());
-                for batch in &table.batches {
-                    $(let mut $label = labels(batch, stringify!($label)).into_iter();)*
-                    $($(let mut $index = indexes(batch, stringify!($index)).into_iter();)*)?
-                    $(let mut $count = counts(batch, stringify!($count)).into_iter();)*
-                    for _ in 0..batch.num_rows() {
-                        rows.push($name {
-                            $($label: $label.next().unwrap_or_default(),)*
-                            $($($index: $index.next().unwrap_or_default(),)*)?
-                            $($count: $count.next().unwrap_or_default(),)*
-                        });
+                struct Columns {
+                    rows: usize,
+                    $($label: arrow::array::ArrayRef,)*
+                    $($($index: Vec<i64>,)*)?
+                    $($count: Vec<f64>,)*
+                }
+                let columns: Vec<Columns> = table
+                    .batches
+                    .iter()
+                    .map(|batch| Columns {
+                        rows: batch.num_rows(),
+                        $($label: labels(batch, stringify!($label)),)*
+                        $($($index: indexes(batch, stringify!($index)),)*)?
+                        $($count: counts(batch, stringify!($count)),)*
+                    })
+                    .collect();
+                let mut rows: Vec<$name> = Vec::new();
+                let mut positions = HashMap::with_hasher(KeyedHash::default());
+                for c in &columns {
+                    for i in 0..c.rows {
+                        let key = ($(label(&c.$label, i),)* $($(c.$index[i],)*)?);
+                        match positions.entry(key) {
+                            Entry::Occupied(at) => {
+                                let row: &mut $name = &mut rows[*at.get()];
+                                $(row.$count += c.$count[i];)*
+                            }
+                            Entry::Vacant(at) => {
+                                at.insert(rows.len());
+                                rows.push($name {
+                                    $($label: label(&c.$label, i).to_owned(),)*
+                                    $($($index: c.$index[i],)*)?
+                                    $($count: c.$count[i],)*
+                                });
+                            }
+                        }
                     }
                 }
                 rows
@@ -270,31 +300,46 @@ pub struct EdgeCounts {
 }
 
 impl EdgeCounts {
+    /// One row per edge, its counts summed over the interval's chunks (see [`counts!`]).
     fn read(partials: &Partials) -> Vec<EdgeCounts> {
         let Some(table) = partials.table("partial_edges") else {
             debug_assert!(false, "partial partial_edges is missing");
             return Vec::new();
         };
-        let mut rows = Vec::with_capacity(table.rows());
-        for batch in &table.batches {
-            let columns: Vec<Vec<f64>> = EDGE_COUNTS
-                .iter()
-                .map(|c| counts(batch, c.column))
-                .collect();
-            let (caller, callee, operation) = (
-                labels(batch, "caller"),
-                labels(batch, "callee"),
-                labels(batch, "operation"),
-            );
-            for (row, ((caller, callee), operation)) in
-                caller.into_iter().zip(callee).zip(operation).enumerate()
-            {
-                rows.push(EdgeCounts {
-                    caller,
-                    callee,
-                    operation,
-                    values: columns.iter().map(|c| c[row]).collect(),
-                });
+        let columns: Vec<([arrow::array::ArrayRef; 3], Vec<Vec<f64>>)> = table
+            .batches
+            .iter()
+            .map(|batch| {
+                let edge = ["caller", "callee", "operation"].map(|name| labels(batch, name));
+                let values = EDGE_COUNTS
+                    .iter()
+                    .map(|c| counts(batch, c.column))
+                    .collect();
+                (edge, values)
+            })
+            .collect();
+        let mut rows: Vec<EdgeCounts> = Vec::new();
+        let mut positions = HashMap::with_hasher(KeyedHash::default());
+        for (edge, values) in &columns {
+            for i in 0..edge[0].len() {
+                let key = (label(&edge[0], i), label(&edge[1], i), label(&edge[2], i));
+                match positions.entry(key) {
+                    Entry::Occupied(at) => {
+                        let row: &mut EdgeCounts = &mut rows[*at.get()];
+                        for (sum, column) in row.values.iter_mut().zip(values) {
+                            *sum += column[i];
+                        }
+                    }
+                    Entry::Vacant(at) => {
+                        at.insert(rows.len());
+                        rows.push(EdgeCounts {
+                            caller: key.0.to_owned(),
+                            callee: key.1.to_owned(),
+                            operation: key.2.to_owned(),
+                            values: values.iter().map(|column| column[i]).collect(),
+                        });
+                    }
+                }
             }
         }
         rows
@@ -354,7 +399,8 @@ mod tests {
     use crate::table::Table;
 
     /// Columns are read whatever their Arrow type (string views, integer sums), across
-    /// batches; a null label is "unknown" and a null count 0.
+    /// batches; a null label is "unknown" and a null count 0; a key that repeats (one
+    /// row per chunk of an interval) is one row with its counts summed.
     #[test]
     fn columns_are_cast_and_nulls_have_their_meaning() {
         let schema = Arc::new(Schema::new(vec![
@@ -380,6 +426,8 @@ mod tests {
             batches: vec![
                 batch(Some("db"), 3, Some(2), 0.5),
                 batch(None, 7, None, 0.0),
+                batch(Some("db"), 3, Some(1), 0.25),
+                batch(Some("db"), 4, Some(1), 0.25),
             ],
         };
         let partials = Partials {
@@ -394,14 +442,20 @@ mod tests {
                 LatencyBuckets {
                     service: "db".into(),
                     le: 3,
-                    n: 2.0,
-                    seconds: 0.5
+                    n: 3.0,
+                    seconds: 0.75
                 },
                 LatencyBuckets {
                     service: "unknown".into(),
                     le: 7,
                     n: 0.0,
                     seconds: 0.0
+                },
+                LatencyBuckets {
+                    service: "db".into(),
+                    le: 4,
+                    n: 1.0,
+                    seconds: 0.25
                 },
             ]
         );
