@@ -15,7 +15,8 @@ use stormglass_analytics::histogram::{bucket, bucket_ms};
 use stormglass_analytics::lineage::{Overlapping, RetryRules};
 use stormglass_analytics::report::{EdgeFigures, LayerFigures, Report, WindowBounds};
 use stormglass_analytics::{
-    AnalysisMetrics, AnalyticsConfig, Engine, LiveAnalysis, ReleasedTraces, TraceSink, queries,
+    AnalysisMetrics, AnalyticsConfig, Engine, LiveAnalysis, Partials, ReleasedTraces, TraceSink,
+    queries,
 };
 use stormglass_model::{Conventions, encode_request};
 
@@ -1313,6 +1314,38 @@ async fn chunked_interval_equals_offline() {
     assert_eq!(live.findings, offline.findings);
     assert_eq!(live.window.spans, offline.window.spans);
     assert_eq!(live.window.traces, offline.window.traces);
+}
+
+/// An interval's chunks are summed to one row per edge before the window keeps them
+/// (`Engine::sum_chunks`): the window holds an edge once however many chunks saw it, and
+/// the report is the one the chunks' rows give unsummed.
+#[tokio::test]
+async fn summed_chunks_hold_an_edge_once() {
+    let s = fixtures::every_fixture();
+    let engine = Engine::default();
+    let mut chunks = Vec::new();
+    for _ in 0..4 {
+        chunks.push(engine.analyse(batch(&s)).await.unwrap().compact());
+    }
+    let plain = Partials::concat(chunks.clone()).unwrap();
+    let mut summed = Partials::concat(chunks).unwrap();
+    engine.sum_chunks(&mut summed).await.unwrap();
+    let edges = plain.rows("partial_edges");
+    assert!(edges > 4, "{edges}");
+    assert_eq!(summed.rows("partial_edges") * 4, edges);
+    let mut reports = Vec::new();
+    for partials in [plain, summed] {
+        let window = [Arc::new(partials.compact_for_window())];
+        reports.push(
+            Report::build(&engine, &window, WindowBounds::default())
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(reports[0].edges, reports[1].edges);
+    assert_eq!(reports[0].layers, reports[1].layers);
+    assert_eq!(reports[0].coverage, reports[1].coverage);
+    assert_eq!(reports[0].findings, reports[1].findings);
 }
 
 /// A deadline on a gRPC call span (the shape where the call span's INTERNAL children are

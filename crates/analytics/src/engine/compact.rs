@@ -14,6 +14,12 @@ use crate::table::recast;
 /// the window: a row per edge and interval of ~55 counts, a few calls each, 8 bytes apiece.
 pub(super) const NARROWED: &[&str] = &["partial_edges"];
 
+/// The partial tables an interval's chunks are summed in ([`Engine::sum_chunks`](super::Engine::sum_chunks))
+/// before the window keeps them: one row per key (the string columns), each count summed
+/// and each `max_` column its maximum, the merge rule their headers state. A chunk's rows
+/// repeat every edge it saw, so at width an interval holds each edge once per chunk.
+pub(super) const SUMMED: &[&str] = &["partial_edges"];
+
 /// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
 pub(super) fn dictionary_encoded(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));

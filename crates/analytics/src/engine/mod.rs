@@ -160,6 +160,11 @@ impl Partials {
         self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
     }
 
+    /// The rows partial table `name` holds (0 for none): what the window keeps of it.
+    pub fn rows(&self, name: &str) -> usize {
+        self.table(name).map_or(0, Table::rows)
+    }
+
     /// Intersect this interval's clock bounds (`partial_clock_skew`) into `bounds`.
     pub fn clock_bounds_into(&self, bounds: &mut ClockBounds) {
         #[derive(Deserialize)]
@@ -540,6 +545,51 @@ impl Engine {
         register(&ctx, "params", params.schema(), vec![params])?;
         self.merge_into(&ctx, window).await?;
         Ok(ctx)
+    }
+
+    /// Sum the chunks' rows of each table in [`compact::SUMMED`] to one row per key, in
+    /// place, before [`Partials::compact_for_window`]: the merge the report does across
+    /// the window, done once per interval, so the window and the interval's counts hold an
+    /// edge once. A table that fails to sum keeps its rows (still right, only larger).
+    pub async fn sum_chunks(&self, partials: &mut Partials) -> Result<(), AnalysisError> {
+        use datafusion::common::Column;
+        use datafusion::functions_aggregate::expr_fn::{max, sum};
+        use datafusion::logical_expr::Expr;
+        for (name, table) in &mut partials.tables {
+            if !compact::SUMMED.contains(name) || table.batches.len() < 2 {
+                continue;
+            }
+            let failed = |e: DataFusionError| AnalysisError::query(name, e);
+            let ctx = Self::session_with(None, self.partitions());
+            Self::register_narrowed(&ctx, "chunks", &table.schema, &table.batches).await?;
+            let column = |name: &str| Expr::Column(Column::from_name(name));
+            let fields = table.schema.fields();
+            let keys = fields.iter().filter(|f| !f.data_type().is_numeric());
+            let counts = fields.iter().filter(|f| f.data_type().is_numeric());
+            let aggregates = counts
+                .map(|f| {
+                    let c = column(f.name());
+                    let summed = if f.name().starts_with("max_") {
+                        max(c)
+                    } else {
+                        sum(c)
+                    };
+                    summed.alias(f.name())
+                })
+                .collect();
+            let summed = ctx
+                .table("chunks")
+                .await
+                .and_then(|t| t.aggregate(keys.map(|f| column(f.name())).collect(), aggregates))
+                .and_then(|t| t.select(fields.iter().map(|f| column(f.name())).collect::<Vec<_>>()))
+                .map_err(failed)?
+                .collect()
+                .await
+                .map_err(failed)?;
+            table.batches =
+                planned::conform(&table.schema, summed).map_err(|e| failed(e.into()))?;
+        }
+        Ok(())
     }
 
     /// The tables `sql` reads (CTE names excluded), or the parser's error.
