@@ -43,15 +43,16 @@ struct ApiState {
     advice: Arc<Mutex<Option<AdviceOf>>>,
 }
 
-/// Advice and the report it was made from.
-type AdviceOf = (Arc<Report>, Arc<Advice>);
+/// Advice and the report it was made from, held weakly: a strong hold would make the
+/// analysis copy the whole report to update its window in place.
+type AdviceOf = (std::sync::Weak<Report>, Arc<Advice>);
 
 impl ApiState {
     /// The advice for `report`, made once per report.
     fn advice_of(&self, report: &Arc<Report>) -> Arc<Advice> {
         let mut cached = self.advice.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((of, advice)) = cached.as_ref()
-            && Arc::ptr_eq(of, report)
+            && of.upgrade().is_some_and(|of| Arc::ptr_eq(&of, report))
         {
             return advice.clone();
         }
@@ -59,7 +60,7 @@ impl ApiState {
             report,
             &self.analysis.advice_params(),
         ));
-        *cached = Some((report.clone(), advice.clone()));
+        *cached = Some((Arc::downgrade(report), advice.clone()));
         advice
     }
 }

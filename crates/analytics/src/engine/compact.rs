@@ -14,11 +14,128 @@ use crate::table::recast;
 /// the window: a row per edge and interval of ~55 counts, a few calls each, 8 bytes apiece.
 pub(super) const NARROWED: &[&str] = &["partial_edges"];
 
-/// The partial tables an interval's chunks are summed in ([`Engine::sum_chunks`](super::Engine::sum_chunks))
-/// before the window keeps them: one row per key (the string columns), each count summed
-/// and each `max_` column its maximum, the merge rule their headers state. A chunk's rows
-/// repeat every edge it saw, so at width an interval holds each edge once per chunk.
-pub(super) const SUMMED: &[&str] = &["partial_edges"];
+/// How the rows of a partial table merge, as its header states: rows equal in `keys` are
+/// one, its `maxima` and `minima` taken, every other column summed.
+pub(super) struct Merge {
+    pub table: &'static str,
+    pub keys: &'static [&'static str],
+    pub maxima: &'static [&'static str],
+    pub minima: &'static [&'static str],
+}
+
+const EDGE: [&str; 3] = ["caller", "callee", "operation"];
+
+/// Joins `EDGE` and `more` into one key list at compile time.
+macro_rules! edge_and {
+    ($($more:literal),*) => { &["caller", "callee", "operation", $($more),*] };
+}
+
+/// The partial tables an interval's chunks are merged in ([`Engine::merge_chunks`](super::Engine::merge_chunks))
+/// before the window keeps them. A chunk's rows repeat every edge (and bucket) it saw, so at
+/// width an interval held each edge once per chunk: ~2.5x what the merged interval holds.
+/// Tables not listed (entries, traces, findings, orphans, backoff, sync) are small or
+/// merge otherwise.
+pub(super) const MERGED: &[Merge] = &[
+    Merge {
+        table: "partial_edges",
+        keys: &EDGE,
+        maxima: &["max_attempt", "max_outer_attempt"],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_links",
+        keys: &[
+            "entry_service",
+            "entry_operation",
+            "parent_caller",
+            "parent_callee",
+            "parent_operation",
+            "caller",
+            "callee",
+            "operation",
+        ],
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_attempts",
+        keys: edge_and!("attempt", "outcome", "cause"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_calls",
+        keys: edge_and!("first_outcome", "final_outcome"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_latency",
+        keys: &["service", "operation", "bucket", "le"],
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_edge_latency",
+        keys: edge_and!("bucket"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_budgets",
+        keys: edge_and!("bucket", "le"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_retry_budgets",
+        keys: edge_and!("bucket"),
+        maxima: &[],
+        minima: &["example_trace_id"],
+    },
+    Merge {
+        table: "partial_tail",
+        keys: edge_and!("deadline_ms"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_timeouts",
+        keys: edge_and!("bucket"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_timeout_values",
+        keys: edge_and!("deadline_ms"),
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_clock_skew",
+        keys: &["caller", "callee"],
+        maxima: &["low_ms"],
+        minima: &["high_ms"],
+    },
+    Merge {
+        table: "partial_layer_codes",
+        keys: &["service", "status_code", "outcome"],
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_layers",
+        keys: &["service"],
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
+        table: "partial_entry_latency",
+        keys: &["service", "operation", "bucket", "le"],
+        maxima: &[],
+        minima: &[],
+    },
+];
 
 /// `batch` with each `Utf8` column dictionary-encoded when that takes less memory.
 pub(super) fn dictionary_encoded(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {

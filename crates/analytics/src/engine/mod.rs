@@ -547,16 +547,19 @@ impl Engine {
         Ok(ctx)
     }
 
-    /// Sum the chunks' rows of each table in [`compact::SUMMED`] to one row per key, in
+    /// Merge the chunks' rows of each table in [`compact::MERGED`] to one row per key, in
     /// place, before [`Partials::compact_for_window`]: the merge the report does across
     /// the window, done once per interval, so the window and the interval's counts hold an
-    /// edge once. A table that fails to sum keeps its rows (still right, only larger).
-    pub async fn sum_chunks(&self, partials: &mut Partials) -> Result<(), AnalysisError> {
+    /// edge once. A table that fails to merge keeps its rows (still right, only larger).
+    pub async fn merge_chunks(&self, partials: &mut Partials) -> Result<(), AnalysisError> {
         use datafusion::common::Column;
-        use datafusion::functions_aggregate::expr_fn::{max, sum};
+        use datafusion::functions_aggregate::expr_fn::{max, min, sum};
         use datafusion::logical_expr::Expr;
         for (name, table) in &mut partials.tables {
-            if !compact::SUMMED.contains(name) || table.batches.len() < 2 {
+            let Some(merge) = compact::MERGED.iter().find(|m| m.table == *name) else {
+                continue;
+            };
+            if table.batches.len() < 2 {
                 continue;
             }
             let failed = |e: DataFusionError| AnalysisError::query(name, e);
@@ -564,30 +567,33 @@ impl Engine {
             Self::register_narrowed(&ctx, "chunks", &table.schema, &table.batches).await?;
             let column = |name: &str| Expr::Column(Column::from_name(name));
             let fields = table.schema.fields();
-            let keys = fields.iter().filter(|f| !f.data_type().is_numeric());
-            let counts = fields.iter().filter(|f| f.data_type().is_numeric());
-            let aggregates = counts
+            let is_key = |f: &&Arc<Field>| merge.keys.contains(&f.name().as_str());
+            let keys = fields.iter().filter(is_key).map(|f| column(f.name()));
+            let aggregates = (fields.iter().filter(|f| !is_key(f)))
                 .map(|f| {
-                    let c = column(f.name());
-                    let summed = if f.name().starts_with("max_") {
+                    let (name, c) = (f.name().as_str(), column(f.name()));
+                    let merged = if merge.maxima.contains(&name) {
                         max(c)
+                    } else if merge.minima.contains(&name) {
+                        min(c)
                     } else {
                         sum(c)
                     };
-                    summed.alias(f.name())
+                    merged.alias(name)
                 })
                 .collect();
-            let summed = ctx
+            let in_order: Vec<Expr> = fields.iter().map(|f| column(f.name())).collect();
+            let merged = ctx
                 .table("chunks")
                 .await
-                .and_then(|t| t.aggregate(keys.map(|f| column(f.name())).collect(), aggregates))
-                .and_then(|t| t.select(fields.iter().map(|f| column(f.name())).collect::<Vec<_>>()))
+                .and_then(|t| t.aggregate(keys.collect(), aggregates))
+                .and_then(|t| t.select(in_order))
                 .map_err(failed)?
                 .collect()
                 .await
                 .map_err(failed)?;
             table.batches =
-                planned::conform(&table.schema, summed).map_err(|e| failed(e.into()))?;
+                planned::conform(&table.schema, merged).map_err(|e| failed(e.into()))?;
         }
         Ok(())
     }

@@ -113,7 +113,7 @@ struct Queue {
 /// The interval being filled: its chunks' partials so far, each with its reservation
 /// against the budget (held until the interval joins the window, which reserves its own).
 /// Every [`FOLD_CHUNKS`] chunks are put together as the window keeps them (one group,
-/// summed and dictionary-encoded): at width each chunk names most of its edges anew, and
+/// merged and dictionary-encoded): at width each chunk names most of its edges anew, and
 /// an interval's chunks held apart were ~2.5x the size of the same interval folded.
 struct FillingInterval {
     start: SystemTime,
@@ -299,7 +299,7 @@ impl LiveAnalysis {
             }
         };
         let mut partials = self.with_late_latency(partials).await;
-        self.sum_chunks(&mut partials).await;
+        self.merge_chunks(&mut partials).await;
         let partials = Arc::new(partials.compact_for_window());
         self.add_to_window(start, now, partials.clone(), learned, now);
         let report = self.rebuild_report().await?;
@@ -376,29 +376,33 @@ impl LiveAnalysis {
             .as_ref()
             .filter(|(built, _)| *built == key)
             .map(|(_, findings)| findings.clone());
-        let mut report = match reused {
-            Some(findings) => {
-                let mut report = (*self.report()).clone();
-                report.window = Report::window_of(&window, bounds);
-                report.findings = findings;
-                report
-            }
-            None => {
-                let mut report = Report::build(&self.engine, &window, bounds).await?;
-                self.metrics.builds.inc();
-                report.figures = Some(self.metrics.builds.get());
-                *self.built.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((key, report.findings.clone()));
-                report
-            }
+        let Some(findings) = reused else {
+            let mut report = Report::build(&self.engine, &window, bounds).await?;
+            self.metrics.builds.inc();
+            report.figures = Some(self.metrics.builds.get());
+            *self.built.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((key, report.findings.clone()));
+            self.evaluate(&mut report);
+            let report = Arc::new(report);
+            *self.latest.write().unwrap_or_else(|p| p.into_inner()) = report.clone();
+            return Ok(report);
         };
+        // In place: a copy of a wide report each idle interval was a few hundred MiB and
+        // most of the idle CPU (`make_mut` copies only while a reader holds it).
+        let mut latest = self.latest.write().unwrap_or_else(|p| p.into_inner());
+        let report = Arc::make_mut(&mut latest);
+        report.window = Report::window_of(&window, bounds);
+        report.findings = findings;
+        self.evaluate(report);
+        Ok(latest.clone())
+    }
+
+    /// The alerts of `report` (its findings all there), then its findings bounded.
+    fn evaluate(&self, report: &mut Report) {
         let started = Instant::now();
-        report.alerts = alerts::evaluate(&report, &self.thresholds);
+        report.alerts = alerts::evaluate(report, &self.thresholds);
         crate::table::timed("alerts", started);
         report.bound_findings(self.report_config.max_findings_per_kind);
-        let report = Arc::new(report);
-        *self.latest.write().unwrap_or_else(|p| p.into_inner()) = report.clone();
-        Ok(report)
     }
 
     /// Rebuild the window from spans archived before a restart (`archive.dir`), so the
@@ -459,7 +463,7 @@ impl LiveAnalysis {
                 chunks.push(partials.compact());
             }
             if let Some(mut partials) = Partials::concat(chunks) {
-                self.sum_chunks(&mut partials).await;
+                self.merge_chunks(&mut partials).await;
                 self.add_to_window(
                     start,
                     end,
@@ -484,15 +488,15 @@ impl LiveAnalysis {
         let Some(mut group) = Partials::concat(chunks) else {
             unreachable!("a group folds at least one chunk");
         };
-        self.sum_chunks(&mut group).await;
+        self.merge_chunks(&mut group).await;
         let group = group.compact_for_window();
         let reservation = self.budget.force(group.memory_bytes());
         (group, reservation)
     }
 
-    /// [`Engine::sum_chunks`]; a failure is counted and leaves the partials as they were.
-    async fn sum_chunks(&self, partials: &mut Partials) {
-        if let Err(e) = self.engine.sum_chunks(partials).await {
+    /// [`Engine::merge_chunks`]; a failure is counted and leaves the partials as they were.
+    async fn merge_chunks(&self, partials: &mut Partials) {
+        if let Err(e) = self.engine.merge_chunks(partials).await {
             self.metrics.failures.inc();
             self.health.failed("analysis", &error_chain(&e));
         }
