@@ -9,11 +9,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use stormglass_model::hash::KeyedHash;
 
-use crate::engine::{AnalysisError, Engine, Partials, Table, rows, table};
+use crate::engine::{AnalysisError, Engine, Partials, Table, into_rows, rows, run, table};
+use crate::table::plain;
 
 /// One alert whose condition holds (the report's `alerts`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -674,14 +676,44 @@ impl Report {
     }
 }
 
-/// A report table's rows for [`Report::build`], the table then dropped from `ctx`: read
-/// once, its Arrow batches go as soon as its rows are made, so at width the report's
-/// tables do not all stay in memory beside the rows made of them.
-async fn taken(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
-    let read = table(ctx, name).await?;
-    ctx.deregister_table(name)
-        .map_err(|e| AnalysisError::query(name, e))?;
-    Ok(read)
+/// A merged window's report tables ([`crate::queries::REPORT`]) for [`Report::build`],
+/// each run when first needed and held only while a later query or the build reads it: at
+/// width they were ~700 MiB held at once, beside the rows made of them.
+struct ReportTables {
+    ctx: SessionContext,
+}
+
+impl ReportTables {
+    /// Run the report query `name` and hold its table for the queries that read it.
+    async fn hold(&self, name: &str) -> Result<(), AnalysisError> {
+        let table = run(&self.ctx, Self::query(name)).await?;
+        crate::engine::register_table(&self.ctx, name, table)
+    }
+
+    /// Report table `name`: the held one, no longer held, else run now.
+    async fn take(&self, name: &str) -> Result<Table, AnalysisError> {
+        if !self.ctx.table_exist(name).unwrap_or(false) {
+            return run(&self.ctx, Self::query(name)).await;
+        }
+        let read = table(&self.ctx, name).await?;
+        self.forget(name)?;
+        Ok(read)
+    }
+
+    /// Stop holding `name` (a table no later query reads).
+    fn forget(&self, name: &str) -> Result<(), AnalysisError> {
+        self.ctx
+            .deregister_table(name)
+            .map(drop)
+            .map_err(|e| AnalysisError::query(name, e))
+    }
+
+    fn query(name: &str) -> &'static crate::queries::Query {
+        match crate::queries::REPORT.iter().find(|q| q.name == name) {
+            Some(query) => query,
+            None => unreachable!("{name} is a report query"),
+        }
+    }
 }
 
 /// Window bounds: given ones (live), else the analysed spans' range (offline).
@@ -699,8 +731,26 @@ impl Report {
         window: &[Arc<Partials>],
         bounds: WindowBounds,
     ) -> Result<Report, AnalysisError> {
-        let ctx = engine.merge(window).await?;
-        let mut edges: Vec<EdgeFigures> = rows(&taken(&ctx, "edges").await?);
+        let tables = ReportTables {
+            ctx: engine.merge(window).await?,
+        };
+        // What later queries read first (`edges` reads the layers, clock skew and retry
+        // budgets; `finding_counts` reads `edges`), then each table read into its rows
+        // and dropped, the widest first.
+        for name in [
+            "layers",
+            "layer_operations",
+            "clock_skew",
+            "retry_budgets",
+            "edges",
+            "finding_counts",
+        ] {
+            tables.hold(name).await?;
+        }
+        tables.forget("clock_skew")?;
+        tables.forget("retry_budgets")?;
+        let findings: Vec<Finding> = into_rows(tables.take("finding_counts").await?);
+        let mut edges: Vec<EdgeFigures> = into_rows(tables.take("edges").await?);
         #[derive(Deserialize)]
         struct Cause {
             caller: String,
@@ -709,7 +759,7 @@ impl Report {
             cause: String,
             retries: u64,
         }
-        let causes: Vec<Cause> = rows(&taken(&ctx, "edge_causes").await?);
+        let causes: Vec<Cause> = into_rows(tables.take("edge_causes").await?);
         #[derive(Deserialize)]
         struct Remaining {
             caller: String,
@@ -717,7 +767,7 @@ impl Report {
             operation: String,
             remaining_budget_ms: Option<f64>,
         }
-        let remaining: Vec<Remaining> = rows(&taken(&ctx, "remaining_budgets").await?);
+        let remaining: Vec<Remaining> = into_rows(tables.take("remaining_budgets").await?);
         let (causes, remaining) = {
             let index = EdgeIndex::new(&edges);
             let causes: Vec<(usize, Cause)> = causes
@@ -739,7 +789,7 @@ impl Report {
         for (i, ms) in remaining {
             edges[i].remaining_budget_ms = ms;
         }
-        let mut layers: Vec<LayerFigures> = rows(&taken(&ctx, "layers").await?);
+        let mut layers: Vec<LayerFigures> = into_rows(tables.take("layers").await?);
         #[derive(Deserialize)]
         struct Operation {
             service: String,
@@ -751,7 +801,7 @@ impl Report {
             .enumerate()
             .map(|(i, l)| (l.service.clone(), i))
             .collect();
-        for row in rows::<Operation>(&taken(&ctx, "layer_operations").await?) {
+        for row in into_rows::<Operation>(tables.take("layer_operations").await?) {
             if let Some(&i) = by_service.get(&row.service) {
                 layers[i].operations.push(row.latency);
             }
@@ -768,10 +818,11 @@ impl Report {
                     .sort_by(|a, b| a.operation.cmp(&b.operation));
             }
         }
-        let mut entries: Vec<EntryFigures> = rows(&taken(&ctx, "entry_operations").await?);
-        let links: Vec<Link> = rows(&taken(&ctx, "p_links").await?);
+        let mut entries: Vec<EntryFigures> = into_rows(tables.take("entry_operations").await?);
         let started = std::time::Instant::now();
-        let potential = storm_potential(&links, &edges);
+        let links = plain_batches(&tables.take("p_links").await?);
+        let potential = storm_potential(&Link::read(&links), &edges);
+        drop(links);
         crate::table::timed("storm potential", started);
         for entry in &mut entries {
             entry.storm_potential = potential
@@ -779,7 +830,7 @@ impl Report {
                 .copied()
                 .unwrap_or(1.0);
         }
-        let by_service: Vec<TraceCounts> = rows(&taken(&ctx, "trace_counts").await?);
+        let by_service: Vec<TraceCounts> = into_rows(tables.take("trace_counts").await?);
         let traces = Traces {
             entry_requests: by_service.iter().map(|t| t.entry_requests).sum(),
             multi_layer_retry_traces: by_service.iter().map(|t| t.multi_layer_retry_traces).sum(),
@@ -794,7 +845,6 @@ impl Report {
             .take(MAX_LISTED_ORPHANS)
             .collect();
         orphans.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
-        let findings: Vec<Finding> = rows(&taken(&ctx, "finding_counts").await?);
         // The shares' fields spelled out, not `#[serde(flatten)]`: flattening buffers every
         // row into a map first, a tenth of the report at 178,000 edges.
         #[derive(Deserialize)]
@@ -813,7 +863,7 @@ impl Report {
             from_server_spans: Option<f64>,
             inferred: Option<f64>,
         }
-        let covered = rows::<CoverageRow>(&taken(&ctx, "coverage").await?);
+        let covered = into_rows::<CoverageRow>(tables.take("coverage").await?);
         let mut coverage = Coverage {
             services: Vec::new(),
             edges: Vec::with_capacity(covered.len()),
@@ -924,17 +974,67 @@ fn rfc3339(unix_ns: i64) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-/// One row of `p_links`: `edge` is called below `parent` (or directly by the entry).
-#[derive(Clone, Debug, Deserialize)]
-pub struct Link {
-    entry_service: String,
-    entry_operation: String,
-    parent_caller: Option<String>,
-    parent_callee: Option<String>,
-    parent_operation: Option<String>,
-    caller: String,
-    callee: String,
-    operation: String,
+/// One row of `p_links`: `edge` is called below `parent` (or directly by the entry),
+/// borrowed from its batches: at width the links are ~250,000 rows of 8 names each.
+#[derive(Clone, Copy, Debug)]
+pub struct Link<'a> {
+    entry_service: &'a str,
+    entry_operation: &'a str,
+    parent: Option<EdgeKey<'a>>,
+    edge: EdgeKey<'a>,
+}
+
+impl<'a> Link<'a> {
+    /// The rows of `p_links` batches whose strings are plain ([`plain_batches`]).
+    pub fn read(batches: &'a [RecordBatch]) -> Vec<Link<'a>> {
+        let mut links = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+        for batch in batches {
+            let column = |name: &str| match batch.column_by_name(name) {
+                Some(c) => c.as_string::<i32>(),
+                None => unreachable!("p_links has {name}"),
+            };
+            let [
+                service,
+                operation,
+                parent_caller,
+                parent_callee,
+                parent_operation,
+            ] = [
+                "entry_service",
+                "entry_operation",
+                "parent_caller",
+                "parent_callee",
+                "parent_operation",
+            ]
+            .map(column);
+            let [caller, callee, edge_operation] = ["caller", "callee", "operation"].map(column);
+            for row in 0..batch.num_rows() {
+                let parent = [parent_caller, parent_callee, parent_operation]
+                    .map(|c| c.is_valid(row).then(|| c.value(row)));
+                links.push(Link {
+                    entry_service: service.value(row),
+                    entry_operation: operation.value(row),
+                    parent: match parent {
+                        [Some(a), Some(b), Some(c)] => Some((a, b, c)),
+                        _ => None,
+                    },
+                    edge: (
+                        caller.value(row),
+                        callee.value(row),
+                        edge_operation.value(row),
+                    ),
+                });
+            }
+        }
+        links
+    }
+}
+
+/// `table`'s batches with plain strings, for rows borrowed from them.
+fn plain_batches(table: &Table) -> Vec<RecordBatch> {
+    (table.batches.iter())
+        .map(|b| plain(b).unwrap_or_else(|e| unreachable!("strings cast to plain strings: {e}")))
+        .collect()
 }
 
 /// An edge by (caller, callee, operation), borrowed from the report's rows.
@@ -951,12 +1051,12 @@ type FastSet<K> = HashSet<K, KeyedHash>;
 pub async fn register_storm_potential(
     ctx: &datafusion::prelude::SessionContext,
 ) -> Result<(), AnalysisError> {
-    use arrow::array::{Float64Array, RecordBatch, StringArray};
+    use arrow::array::{Float64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     let edges: Vec<EdgeFigures> = rows(&table(ctx, "edges").await?);
-    let links: Vec<Link> = rows(&table(ctx, "p_links").await?);
+    let links = plain_batches(&table(ctx, "p_links").await?);
     let entries: Vec<EntryFigures> = rows(&table(ctx, "entry_operations").await?);
-    let potential = storm_potential(&links, &edges);
+    let potential = storm_potential(&Link::read(&links), &edges);
     let value = |e: &EntryFigures| {
         potential
             .get(&(e.service.clone(), e.operation.clone()))
@@ -992,7 +1092,10 @@ pub async fn register_storm_potential(
 /// is the product along the deepest chain (27 for three layers retrying 3x each); where two
 /// chains differ, the worse one is what a full outage would do, so it is the one reported.
 /// A cycle in the call graph is cut where it closes. Entries without calls have 1.
-pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String, String), f64> {
+pub fn storm_potential<'a>(
+    links: &[Link<'a>],
+    edges: &'a [EdgeFigures],
+) -> HashMap<(String, String), f64> {
     let factor: Fast<EdgeKey, f64> = edges
         .iter()
         .map(|e| {
@@ -1004,7 +1107,7 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
     let mut by_entry: Fast<(&str, &str), Vec<&Link>> = Fast::default();
     for link in links {
         by_entry
-            .entry((&link.entry_service, &link.entry_operation))
+            .entry((link.entry_service, link.entry_operation))
             .or_default()
             .push(link);
     }
@@ -1016,13 +1119,8 @@ pub fn storm_potential(links: &[Link], edges: &[EdgeFigures]) -> HashMap<(String
             let mut children: Fast<Option<EdgeKey>, Vec<EdgeKey>> = Fast::default();
             let mut seen: FastSet<(Option<EdgeKey>, EdgeKey)> = FastSet::default();
             for l in &links {
-                let parent = match (&l.parent_caller, &l.parent_callee, &l.parent_operation) {
-                    (Some(a), Some(b), Some(c)) => Some((a.as_str(), b.as_str(), c.as_str())),
-                    _ => None,
-                };
-                let edge = (l.caller.as_str(), l.callee.as_str(), l.operation.as_str());
-                if seen.insert((parent, edge)) {
-                    children.entry(parent).or_default().push(edge);
+                if seen.insert((l.parent, l.edge)) {
+                    children.entry(l.parent).or_default().push(l.edge);
                 }
             }
             let mut memo = Fast::default();

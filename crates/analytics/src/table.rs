@@ -80,14 +80,19 @@ pub fn json_rows(table: &Table) -> Vec<serde_json::Value> {
 /// Rows of a table as `T`, deserialized from the Arrow columns directly (serde_arrow), one
 /// batch at a time.
 pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+    into_rows(table.clone())
+}
+
+/// [`rows`], each batch dropped once read: a wide table is not held whole beside its rows.
+pub fn into_rows<T: DeserializeOwned>(table: Table) -> Vec<T> {
     let started = std::time::Instant::now();
     let mut rows = Vec::with_capacity(table.rows());
-    for batch in &table.batches {
+    for batch in table.batches {
         if batch.num_rows() == 0 {
             continue;
         }
         let batch =
-            plain(batch).unwrap_or_else(|e| unreachable!("strings cast to plain strings: {e}"));
+            plain(&batch).unwrap_or_else(|e| unreachable!("strings cast to plain strings: {e}"));
         match serde_arrow::from_record_batch::<Vec<T>>(&batch) {
             Ok(batch_rows) => rows.extend(batch_rows),
             Err(e) => unreachable!("rows follow their query's header contract: {e}"),
@@ -158,13 +163,22 @@ pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisE
     Ok(Table { schema, batches })
 }
 
-/// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set.
+/// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set,
+/// with the process's resident memory after it (where /proc tells), to find a step's peak.
 pub fn timed(what: &str, started: std::time::Instant) {
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     tracing::debug!(what, elapsed_ms, "analysis step ran");
     if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
-        eprintln!("{what:<28} {elapsed_ms:>9.1} ms");
+        let resident = resident_mib().map_or(String::new(), |m| format!(" {m:>7} MiB"));
+        eprintln!("{what:<28} {elapsed_ms:>9.1} ms{resident}");
     }
+}
+
+/// Resident memory of this process in MiB, from /proc/self/statm (Linux, 4 KiB pages).
+fn resident_mib() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some((pages * 4096) >> 20)
 }
 
 /// Run SQL made at run time (`stormglass check-budget`'s, over the analysed tables) and read

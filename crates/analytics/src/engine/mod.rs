@@ -33,7 +33,7 @@ mod compact;
 mod planned;
 
 use crate::queries;
-pub use crate::table::{AnalysisError, Table, json_rows, rows, run, table, timed};
+pub use crate::table::{AnalysisError, Table, into_rows, json_rows, rows, run, table, timed};
 use planned::Plans;
 
 /// `advice.*`, `orphans.*`, `deadlines.*` and `clocks.*`: the thresholds the SQL reads from
@@ -536,14 +536,15 @@ impl Engine {
         ))
     }
 
-    /// A session with the union of `window`'s partials as `p_*` tables and every report
-    /// table materialised.
+    /// A session with the union of `window`'s partials as `p_*` tables: the report tables
+    /// ([`queries::REPORT`]) are run by their reader, one at a time, so that each is held
+    /// only while it is read (at width the report tables at once were ~700 MiB).
     pub async fn merge(&self, window: &[Arc<Partials>]) -> Result<SessionContext, AnalysisError> {
         // Outside the pool: the report reads only partials, small and bounded by the window.
         let ctx = Self::session_with(None, self.partitions());
         let params = self.params.batch();
         register(&ctx, "params", params.schema(), vec![params])?;
-        self.merge_into(&ctx, window).await?;
+        self.register_partials(&ctx, window).await?;
         Ok(ctx)
     }
 
@@ -658,7 +659,11 @@ impl Engine {
             let partials = Partials::new(loaded.partials().await?, &spans, loaded.traces);
             (self.session_of(loaded.take())?, partials)
         };
-        self.merge_into(&ctx, &[Arc::new(partials)]).await?;
+        self.register_partials(&ctx, &[Arc::new(partials)]).await?;
+        for query in queries::REPORT {
+            let table = run(&ctx, query).await?;
+            register(&ctx, query.name, table.schema, table.batches)?;
+        }
         Ok(ctx)
     }
 
@@ -701,7 +706,8 @@ impl Engine {
         Ok(())
     }
 
-    async fn merge_into(
+    /// Register each partial's rows over `window` as its `p_*` table.
+    async fn register_partials(
         &self,
         ctx: &SessionContext,
         window: &[Arc<Partials>],
@@ -733,10 +739,6 @@ impl Engine {
             } else {
                 register(ctx, &name, schema, batches)?;
             }
-        }
-        for query in queries::REPORT {
-            let table = run(ctx, query).await?;
-            register(ctx, query.name, table.schema, table.batches)?;
         }
         Ok(())
     }
@@ -773,6 +775,15 @@ fn window_servers(servers: &[String]) -> RecordBatch {
 /// declared types can differ from what it produces, e.g. `Utf8` vs `Utf8View`), relaxed to
 /// all-nullable top-level fields, and every batch is cast onto it: partials of different
 /// intervals meet in one table, so it must admit them all.
+/// Register a materialised `table` as `name` in `ctx`.
+pub(crate) fn register_table(
+    ctx: &SessionContext,
+    name: &str,
+    table: Table,
+) -> Result<(), AnalysisError> {
+    register(ctx, name, table.schema, table.batches)
+}
+
 fn register(
     ctx: &SessionContext,
     name: &str,

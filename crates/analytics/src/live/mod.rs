@@ -377,6 +377,8 @@ impl LiveAnalysis {
             .filter(|(built, _)| *built == key)
             .map(|(_, findings)| findings.clone());
         let Some(findings) = reused else {
+            // The last build's findings are kept only for its reuse: not beside the new ones.
+            self.built.lock().unwrap_or_else(|p| p.into_inner()).take();
             let mut report = Report::build(&self.engine, &window, bounds).await?;
             self.metrics.builds.inc();
             report.figures = Some(self.metrics.builds.get());
