@@ -33,14 +33,23 @@ use prometheus::{IntGauge, Registry};
 /// How long after a refusal `/readyz` keeps saying "not ready".
 const REFUSING_FOR: Duration = Duration::from_secs(1);
 
-/// The least time between two calls of [`MemoryBudget::follow_footprint`]'s `release`.
+/// The least time between two calls of [`MemoryBudget::follow_footprint`]'s `release`
+/// within the limit.
 const RELEASE_EVERY: Duration = Duration::from_secs(1);
 
-/// Whether to hand the allocator's free memory back (see
-/// [`MemoryBudget::follow_footprint`]): the footprint takes more than half the limit while
-/// the receivers refuse or little data is held (an eighth of the limit).
-fn worth_releasing(footprint: usize, used: usize, limit: usize, refusing: bool) -> bool {
-    footprint > limit / 2 && (refusing || used < limit / 8)
+/// How soon after the last release the allocator's free memory is worth handing back (see
+/// [`MemoryBudget::follow_footprint`]), if at all: at once while the process is resident
+/// beyond the limit itself; at most every [`RELEASE_EVERY`] while the footprint takes more
+/// than half the limit and the receivers refuse or little data is held (an eighth of the
+/// limit).
+fn release_every(footprint: usize, used: usize, limit: usize, refusing: bool) -> Option<Duration> {
+    if footprint.saturating_add(used) > limit {
+        Some(Duration::ZERO)
+    } else if footprint > limit / 2 && (refusing || used < limit / 8) {
+        Some(RELEASE_EVERY)
+    } else {
+        None
+    }
 }
 
 /// The memory budget shared by every stage. Cheap to clone.
@@ -173,7 +182,9 @@ impl MemoryBudget {
     /// a burst counts as resident until it does, and would keep the receivers refusing for
     /// the allocator's own purge delay although nothing holds it. Not under steady load
     /// that is admitted: a forced purge makes the next interval fault its working set in
-    /// again, for nothing.
+    /// again, for nothing; unless the process is resident beyond the limit, where free
+    /// memory is handed back at every reading (a wide window's report build frees and
+    /// allocates a few hundred MiB within a second).
     pub fn follow_footprint(&self, every: Duration, release: fn()) -> std::io::Result<()> {
         let Some(resident) = crate::memory::resident_bytes() else {
             tracing::info!(
@@ -205,9 +216,9 @@ impl MemoryBudget {
                     };
                     let Some(mut resident) = read() else { continue };
                     let footprint = resident.saturating_sub(budget.used());
-                    if worth_releasing(footprint, budget.used(), budget.limit(), budget.refusing())
-                        && released.elapsed() >= RELEASE_EVERY
-                    {
+                    let every =
+                        release_every(footprint, budget.used(), budget.limit(), budget.refusing());
+                    if every.is_some_and(|every| released.elapsed() >= every) {
                         release();
                         released = Instant::now();
                         resident = read().unwrap_or(resident);
@@ -360,23 +371,25 @@ mod tests {
     /// The process's own footprint (resident beyond what is reserved) comes off the data
     /// budget, and the admission share follows it both ways, down to its floor.
     /// Free memory goes back after a burst (refusing, or drained), never under steady load
-    /// that is admitted, where a purge only makes the next interval fault its memory in.
+    /// that is admitted, where a purge only makes the next interval fault its memory in,
+    /// unless the process is resident beyond the limit: then at once.
     #[test]
     fn release_after_a_burst_not_under_steady_load() {
         const MIB: usize = 1 << 20;
         let limit = 256 * MIB;
-        assert!(
-            worth_releasing(200 * MIB, 100 * MIB, limit, true),
+        let every = |footprint, used, refusing| release_every(footprint, used, limit, refusing);
+        assert_eq!(
+            every(200 * MIB, 50 * MIB, true),
+            Some(RELEASE_EVERY),
             "refusing"
         );
-        assert!(worth_releasing(200 * MIB, 0, limit, false), "drained");
-        assert!(
-            !worth_releasing(200 * MIB, 100 * MIB, limit, false),
-            "steady"
-        );
-        assert!(
-            !worth_releasing(100 * MIB, 0, limit, true),
-            "small footprint"
+        assert_eq!(every(200 * MIB, 0, false), Some(RELEASE_EVERY), "drained");
+        assert_eq!(every(200 * MIB, 50 * MIB, false), None, "steady");
+        assert_eq!(every(100 * MIB, 0, true), None, "small footprint");
+        assert_eq!(
+            every(200 * MIB, 60 * MIB, false),
+            Some(Duration::ZERO),
+            "over the limit"
         );
     }
 
