@@ -169,16 +169,10 @@ pub fn timed(what: &str, started: std::time::Instant) {
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     tracing::debug!(what, elapsed_ms, "analysis step ran");
     if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
-        let resident = resident_mib().map_or(String::new(), |m| format!(" {m:>7} MiB"));
+        let resident = stormglass_runtime::memory::resident_bytes()
+            .map_or(String::new(), |b| format!(" {:>7} MiB", b >> 20));
         eprintln!("{what:<28} {elapsed_ms:>9.1} ms{resident}");
     }
-}
-
-/// Resident memory of this process in MiB, from /proc/self/statm (Linux, 4 KiB pages).
-fn resident_mib() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some((pages * 4096) >> 20)
 }
 
 /// Run SQL made at run time (`stormglass check-budget`'s, over the analysed tables) and read

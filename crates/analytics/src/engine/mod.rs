@@ -661,8 +661,7 @@ impl Engine {
         };
         self.register_partials(&ctx, &[Arc::new(partials)]).await?;
         for query in queries::REPORT {
-            let table = run(&ctx, query).await?;
-            register(&ctx, query.name, table.schema, table.batches)?;
+            register_table(&ctx, query.name, run(&ctx, query).await?)?;
         }
         Ok(ctx)
     }
@@ -771,10 +770,6 @@ fn window_servers(servers: &[String]) -> RecordBatch {
     }
 }
 
-/// Register batches as a table. The registered schema is the batches' own (a plan's
-/// declared types can differ from what it produces, e.g. `Utf8` vs `Utf8View`), relaxed to
-/// all-nullable top-level fields, and every batch is cast onto it: partials of different
-/// intervals meet in one table, so it must admit them all.
 /// Register a materialised `table` as `name` in `ctx`.
 pub(crate) fn register_table(
     ctx: &SessionContext,
@@ -784,6 +779,10 @@ pub(crate) fn register_table(
     register(ctx, name, table.schema, table.batches)
 }
 
+/// Register batches as a table. The registered schema is the batches' own (a plan's
+/// declared types can differ from what it produces, e.g. `Utf8` vs `Utf8View`), relaxed to
+/// all-nullable top-level fields, and every batch is cast onto it: partials of different
+/// intervals meet in one table, so it must admit them all.
 fn register(
     ctx: &SessionContext,
     name: &str,
