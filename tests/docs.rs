@@ -228,7 +228,7 @@ fn minimum_traffic_marks_are_the_guarded_rules() {
     let guarded: BTreeSet<(String, bool)> = DEFINITIONS
         .iter()
         .map(|d| {
-            let rule = (d.expr)(&thresholds);
+            let rule = stormglass_export::promql::alert_expr(d, &thresholds);
             (d.name.to_owned(), rule.contains(" * 60 >= 7.25"))
         })
         .collect();

@@ -14,6 +14,7 @@ pub mod advice;
 pub mod dashboards;
 pub mod metrics;
 pub mod notify;
+pub mod promql;
 pub mod rules;
 
 pub use metrics::FigureMetrics;

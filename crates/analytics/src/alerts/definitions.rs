@@ -13,16 +13,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             attempts it would have received with no retry anywhere upstream (threshold \
             {threshold}). When it slows down, the retries become a storm.",
         threshold: |t| t.amplification,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:layer_amplification:ratio_rate5m > {}",
-                    t.amplification
-                ),
-                "sum by (service) (rate(stormglass_layer_baseline_attempts_total[5m]))",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_layers(
                 r,
@@ -42,12 +32,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             {operation} of {service} multiply to {value} (threshold {threshold}): if the \
             bottom fails, it receives that many attempts per request. Retry at one layer only.",
         threshold: |t| t.storm_potential,
-        expr: |t| {
-            format!(
-                "max by (service, operation) (stormglass_storm_potential_ratio) >= {}",
-                t.storm_potential
-            )
-        },
         condition: |r, t| {
             r.entries
                 .iter()
@@ -70,16 +54,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             ({operation}) succeeded only after a retry (threshold {threshold}; healthy is 5-15%). \
             The raw success rate hides how often the first try fails.",
         threshold: |t| t.retry_contribution,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_retry_contribution:ratio_rate5m > {}",
-                    t.retry_contribution
-                ),
-                "stormglass:edge_final_ok_calls:rate5m",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_edges(
                 r,
@@ -99,13 +73,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             ({operation}), over the retry budget of {threshold}. Retries beyond a budget add \
             load when the callee can least take it.",
         threshold: |t| t.retry_ratio,
-        expr: |t| {
-            guarded(
-                format!("stormglass:edge_retry:ratio_rate5m > {}", t.retry_ratio),
-                "stormglass:edge_first_attempts:rate5m",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_edges(
                 r,
@@ -125,16 +92,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             ({operation}) succeed (threshold {threshold}). Retries that fail add load, not \
             availability.",
         threshold: |t| t.retry_success_rate,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_retry_success:ratio_rate5m < {}",
-                    t.retry_success_rate
-                ),
-                "stormglass:edge_retry_attempts:rate5m",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_edges(
                 r,
@@ -154,16 +111,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             failed on their last attempt too (threshold {threshold}): the retries do not save \
             the calls, they only add load to a callee that is failing.",
         threshold: |t| t.retried_failed_share,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_retried_failed:ratio_rate5m > {}",
-                    t.retried_failed_share
-                ),
-                "stormglass:edge_retried_calls:rate5m",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_edges(
                 r,
@@ -182,12 +129,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "{caller} sends {value} retries per minute to {callee} (threshold \
             {threshold}): one caller is hammering one callee.",
         threshold: |t| t.retries_per_minute,
-        expr: |t| {
-            format!(
-                "stormglass:caller_callee_retries:per_minute_rate5m > {}",
-                t.retries_per_minute
-            )
-        },
         condition: |r, t| {
             let Some(minutes) = window_minutes(r) else {
                 return Vec::new();
@@ -218,13 +159,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "The P99.9 latency of {service} is {value} times its P99 (threshold \
             {threshold}): the tail is deteriorating, and timeouts set at P99 cut it off.",
         threshold: |t| t.tail_ratio,
-        expr: |t| {
-            guarded(
-                format!("stormglass:layer_tail:ratio_rate5m > {}", t.tail_ratio),
-                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_layers(
                 r,
@@ -244,16 +178,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             (threshold {threshold}): callers give up on it, and every timeout they retry is \
             load it serves again.",
         threshold: |t| t.timeout_rate,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:layer_timeout_rate:ratio_rate5m > {}",
-                    t.timeout_rate
-                ),
-                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_layers(
                 r,
@@ -274,17 +198,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             share a week earlier): stormglass_layer_responses_total says with which status \
             codes, and its callers' retries multiply the load it fails under.",
         threshold: |t| t.layer_error_rate,
-        expr: |t| {
-            let share = "stormglass:layer_error:ratio_rate5m";
-            guarded(
-                format!(
-                    "({share} > {} or ({share} and {share} - ({share} offset 1w) > {}))",
-                    t.layer_error_rate, t.layer_error_jump
-                ),
-                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_layers(
                 r,
@@ -305,20 +218,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             than {threshold} away: the timeouts and deadline budgets derived from the \
             baseline no longer fit. Recompute them from the current P99.9.",
         threshold: |t| t.latency_drift,
-        expr: |t| {
-            let ratio = "stormglass:layer_latency_p999:seconds_rate5m / \
-                (max by (service) (stormglass_layer_latency_p999_baseline_seconds) \
-                or stormglass:layer_latency_p999:seconds_rate5m offset 1w)";
-            guarded(
-                format!(
-                    "({ratio} > {} or {ratio} < {})",
-                    1.0 + t.latency_drift,
-                    1.0 - t.latency_drift
-                ),
-                "sum by (service) (rate(stormglass_layer_attempts_total[5m]))",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_layers(
                 r,
@@ -342,13 +241,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         // Judged against the operation the timeout guards, from the edge's own counters
         // (summed over instances): a timeout below the P99.9 of the callee's SERVER spans
         // under the edge kills more than 0.1% of them. The value is that share.
-        expr: |t| {
-            guarded(
-                "stormglass:edge_timeout_kill:ratio_rate5m > 0.001".to_owned(),
-                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-                t,
-            )
-        },
         condition: |r, t| {
             r.edges
                 .iter()
@@ -369,15 +261,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             inversions or overcommitted budgets): the callee keeps working after the caller \
             has given up.",
         threshold: |_| 0.0,
-        expr: |t| {
-            guarded(
-                "sum by (caller, callee) (increase(stormglass_deadline_violations_total\
-                 {kind=~\"inversion|overcommit\"}[5m])) > 0"
-                    .to_owned(),
-                "sum by (caller, callee) (rate(stormglass_attempts_total[5m]))",
-                t,
-            )
-        },
         condition: |r, t| {
             let mut budget: BTreeMap<(&str, &str), u64> = BTreeMap::new();
             for f in &r.findings {
@@ -409,7 +292,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         description: "{caller} retried the non-idempotent {operation} on {callee} without an \
             idempotency key {value} times: each may have applied the write twice.",
         threshold: |_| 0.0,
-        expr: |t| any_on_busy_edges("stormglass_unsafe_retries_total", t),
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.unsafe_retries),
     },
     AlertDefinition {
@@ -423,7 +305,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             stable idempotency key while {callee} still ran the attempt before, {value} \
             times: the write may run twice at once.",
         threshold: |_| 0.0,
-        expr: |t| any_on_busy_edges("stormglass_overlapping_write_retries_total", t),
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.overlapping_write_retries),
     },
     AlertDefinition {
@@ -438,7 +319,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             the write it made for the attempt before: the retry above may be safe, the write \
             below ran twice.",
         threshold: |_| 0.0,
-        expr: |t| any_on_busy_edges("stormglass_rerun_writes_total", t),
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.rerun_writes),
     },
     AlertDefinition {
@@ -453,7 +333,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             grpc-retry-pushback-ms) had elapsed, or after a pushback that said not to retry: \
             the callee shed load and got it back at once.",
         threshold: |_| 0.0,
-        expr: |t| any_on_busy_edges("stormglass_retry_after_violations_total", t),
         condition: |r, t| counted_on_busy_edges(r, t, |e| e.retry_after_violations),
     },
     AlertDefinition {
@@ -465,17 +344,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             entry SLO allows (alerts.entry_slo.error_rate): at this rate the month's error \
             budget is gone in days. Retries below it are not saving the calls.",
         threshold: |_| EntrySlo::FAST_BURN,
-        expr: |t| {
-            let burn = |w: &str| {
-                format!(
-                    "(sum by (service, operation) (rate(stormglass_entry_failed_requests_total[{w}])) \
-                     / (sum by (service, operation) (rate(stormglass_entry_requests_total[{w}])) > 0) \
-                     / {})",
-                    t.entry_slo.error_rate
-                )
-            };
-            entry_burn(&burn, t)
-        },
         condition: |r, t| {
             busy_entries(r, t, |e| {
                 e.error_rate
@@ -494,19 +362,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             latency_ms): at this rate the month's budget is gone in days. Look below it for \
             retries and timeouts that add to the tail.",
         threshold: |_| EntrySlo::FAST_BURN,
-        expr: |t| {
-            let le = t.entry_slo.le();
-            let share = t.entry_slo.latency_share;
-            let burn = |w: &str| {
-                format!(
-                    "((1 - sum by (service, operation) \
-                     (rate(stormglass_entry_duration_seconds_bucket{{le=\"{le}\"}}[{w}])) \
-                     / (sum by (service, operation) \
-                     (rate(stormglass_entry_duration_seconds_count[{w}])) > 0)) / (1 - {share}))"
-                )
-            };
-            entry_burn(&burn, t)
-        },
         condition: |r, t| {
             let budget = 1.0 - t.entry_slo.latency_share;
             busy_entries(r, t, |e| {
@@ -525,16 +380,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             carry no deadline on either side (threshold {threshold}): they can wait forever, \
             hold their resources while {callee} is slow, and no budget can be checked.",
         threshold: |t| t.without_deadline_share,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_attempts_without_deadline:ratio_rate5m > {}",
-                    t.without_deadline_share
-                ),
-                &format!("sum by ({EDGE}) (rate(stormglass_served_attempts_total[5m]))"),
-                t,
-            )
-        },
         condition: |r, t| {
             busy_edges(
                 r,
@@ -555,16 +400,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             no idempotency key (threshold {threshold}): a retry of one anywhere on its path \
             cannot be told from a new write, so it may apply twice.",
         threshold: |t| t.writes_without_key_share,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_writes_without_key:ratio_rate5m > {}",
-                    t.writes_without_key_share
-                ),
-                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-                t,
-            )
-        },
         condition: |r, t| {
             let keyless =
                 |c: &crate::report::EdgeCoverage| c.shares.idempotency_key.map(|keyed| 1.0 - keyed);
@@ -598,15 +433,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             err_code): the same request meets the same error, so each retry is load that \
             cannot succeed.",
         threshold: |_| 0.0,
-        expr: |t| {
-            guarded(
-                format!(
-                    "sum by ({EDGE}) (increase(stormglass_non_retryable_retries_total[5m])) > 0"
-                ),
-                "stormglass:edge_retry_attempts:rate5m",
-                t,
-            )
-        },
         condition: |r, t| {
             r.edges
                 .iter()
@@ -625,16 +451,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             (threshold {threshold}), some after the deadline had passed: they fail or are \
             abandoned, adding load for nothing. Check the remaining budget before retrying.",
         threshold: |t| t.out_of_budget_retry_share,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_out_of_budget_retries:ratio_rate5m > {}",
-                    t.out_of_budget_retry_share
-                ),
-                "stormglass:edge_retry_attempts:rate5m",
-                t,
-            )
-        },
         condition: |r, t| {
             busy_edges(
                 r,
@@ -657,16 +473,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             out: {value} seconds of orphan work per minute (threshold {threshold}). Propagate \
             cancellation and deadlines.",
         threshold: |t| t.orphan_work_seconds_per_minute,
-        expr: |t| {
-            guarded(
-                format!(
-                    "stormglass:edge_orphan_work_seconds:per_minute_rate5m > {}",
-                    t.orphan_work_seconds_per_minute
-                ),
-                &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-                t,
-            )
-        },
         condition: |r, t| {
             let Some(minutes) = window_minutes(r) else {
                 return Vec::new();
@@ -682,16 +488,6 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
     },
 ];
 
-/// The rule of a count alert on an edge: any increase of `counter` in 5 minutes, on an edge
-/// with the minimum traffic of attempts.
-fn any_on_busy_edges(counter: &str, t: &AlertThresholds) -> String {
-    guarded(
-        format!("sum by ({EDGE}) (increase({counter}[5m])) > 0"),
-        &format!("sum by ({EDGE}) (rate(stormglass_attempts_total[5m]))"),
-        t,
-    )
-}
-
 /// The same condition over a report: the edges where `count` is above 0 and the attempts
 /// reach the minimum traffic.
 fn counted_on_busy_edges(
@@ -704,24 +500,6 @@ fn counted_on_busy_edges(
         .filter(|e| count(e) > 0 && busy(r, e.attempts as f64, t))
         .map(|e| (edge_labels(e), count(e) as f64))
         .collect()
-}
-
-/// A burn-rate alert in PromQL: `burn(window)` over 1h and 5m above the fast rate, or over
-/// 6h and 30m above the slow one, on entries with the minimum traffic.
-fn entry_burn(burn: &dyn Fn(&str) -> String, t: &AlertThresholds) -> String {
-    guarded(
-        format!(
-            "(({} > {fast} and {} > {fast}) or ({} > {slow} and {} > {slow}))",
-            burn("1h"),
-            burn("5m"),
-            burn("6h"),
-            burn("30m"),
-            fast = EntrySlo::FAST_BURN,
-            slow = EntrySlo::SLOW_BURN,
-        ),
-        "sum by (service, operation) (rate(stormglass_entry_requests_total[5m]))",
-        t,
-    )
 }
 
 /// The same over a report (one window: the fast rate): the entries whose `burn` is some,

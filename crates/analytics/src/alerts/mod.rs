@@ -1,34 +1,16 @@
 //! The alerts of docs/alerts.md, defined once for both engines.
 //!
-//! Each [`AlertDefinition`] carries what both engines need: the name, severity, `for:`
-//! duration, texts, the PromQL expression Prometheus evaluates (over the exported metrics
-//! and the [`RECORDING_RULES`]), and the condition the built-in evaluator checks on a
-//! window's [`Report`]. `stormglass rules` renders the Prometheus side; [`evaluate`] is the
-//! condition half of the built-in side (which series breach their threshold in this
-//! window); `for:` applies only to an evaluator that watches successive windows, so the
-//! offline report lists every condition that holds.
+//! Each [`AlertDefinition`] carries the name, severity, `for:` duration, texts and the
+//! condition the built-in evaluator checks on a window's [`Report`]; export holds each
+//! alert's PromQL beside the metrics it reads, and `stormglass rules` renders the Prometheus
+//! side from both. [`evaluate`] is the condition half of the built-in side (which series
+//! breach their threshold in this window); `for:` applies only to an evaluator that watches
+//! successive windows, so the offline report lists every condition that holds.
 //!
 //! Texts use `{label}` placeholders for the alert's labels, `{value}` for the value,
 //! `{percent}` for a share's value as a percentage and `{threshold}` for the configured
-//! threshold; each engine fills them in its own way (Go
-//! templates for Prometheus, [`AlertDefinition::render`] here).
-//!
-//! Where the engines read different data, by design:
-//! * Ratio alerts read counters in Prometheus (rates over 5 minutes, summed over every
-//!   stormglass instance) and the window's exact counts in the evaluator (one instance).
-//! * `StormglassRetryContributionHigh` in Prometheus counts calls whose first attempt failed
-//!   and whose last succeeded (the labels of `stormglass_logical_calls_total`); the report
-//!   counts successful calls with more than one attempt. They differ only for calls that
-//!   succeeded first and were still re-sent (hedging).
-//! * Tail ratio and timeout-below-tail read the layer histogram in Prometheus (quantiles of
-//!   the buckets summed over instances, within the buckets' 25%) and the mean budget
-//!   (`stormglass_attempt_deadline_seconds_total / stormglass_budgeted_attempts_total`: the
-//!   configured timeout when an edge has one); the evaluator reads the window's 2% quantiles
-//!   and the median budget.
-//! * Storm potential reads the gauge with `max by`: a walk along call chains cannot be
-//!   summed, and each instance sees the same retry policies, so the largest is the figure.
-//! * Values are in base units, as in Prometheus: the timeout alert's value is the share of
-//!   the edge's answered calls the timeout kills (`timeout_kill_share`).
+//! threshold; each engine fills them in its own way (Go templates for Prometheus,
+//! [`AlertDefinition::render`] here).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -244,22 +226,6 @@ impl EntrySlo {
     /// long (the multiwindow rule of Google's SRE workbook).
     pub const FAST_BURN: f64 = 14.4;
     pub const SLOW_BURN: f64 = 6.0;
-
-    /// The `le` bound the latency objective is read at in PromQL: the largest bucket
-    /// bound at or below `latency_ms` (a request between it and the target counts as
-    /// slow, so a breach is never hidden), as the exporter writes it.
-    pub fn le(&self) -> String {
-        let seconds = self.latency_ms / 1e3;
-        let bounds = crate::histogram::le_bounds();
-        let bound = bounds
-            .iter()
-            .rev()
-            .find(|b| **b <= seconds)
-            .or(bounds.first())
-            .copied()
-            .unwrap_or(0.001);
-        bound.to_string()
-    }
 }
 
 /// An alert's labels (without `alertname` and `severity`) and value, for one series.
@@ -275,8 +241,6 @@ pub struct AlertDefinition {
     pub description: &'static str,
     /// The threshold the condition compares with (shown as `{threshold}`).
     pub threshold: fn(&AlertThresholds) -> f64,
-    /// The PromQL condition, over exported metrics and [`RECORDING_RULES`].
-    pub expr: fn(&AlertThresholds) -> String,
     /// The same condition on a window's report.
     pub condition: fn(&Report, &AlertThresholds) -> Vec<Breach>,
 }
@@ -371,229 +335,6 @@ fn significant(v: f64, digits: i32) -> String {
     }
 }
 
-const EDGE: &str = "caller, callee, operation";
-
-/// Prometheus recording rules the alert expressions and dashboards read: each figure of
-/// docs/alerts.md that is a ratio of counters, over the last 5 minutes (the default window),
-/// summed over instances. Empty denominators give no series (`> 0` filters), never NaN; an
-/// absent numerator series counts as 0 (`or ... * 0`).
-pub fn recording_rules() -> Vec<(&'static str, String)> {
-    let calls = |selector: &str| {
-        format!("sum by ({EDGE}) (rate(stormglass_logical_calls_total{selector}[5m]))")
-    };
-    let attempts =
-        |selector: &str| format!("sum by ({EDGE}) (rate(stormglass_attempts_total{selector}[5m]))");
-    let ratio = |numerator: String, denominator: &str| {
-        format!("({numerator} or {denominator} * 0) / ({denominator} > 0)")
-    };
-    vec![
-        (
-            "stormglass:layer_amplification:ratio_rate5m",
-            "sum by (service) (rate(stormglass_layer_attempts_total[5m])) / \
-             (sum by (service) (rate(stormglass_layer_baseline_attempts_total[5m])) > 0)"
-                .to_owned(),
-        ),
-        ("stormglass:edge_logical_calls:rate5m", calls("")),
-        (
-            "stormglass:edge_final_ok_calls:rate5m",
-            calls("{final_outcome=\"ok\"}"),
-        ),
-        (
-            "stormglass:edge_first_attempts:rate5m",
-            attempts("{attempt=\"first\"}"),
-        ),
-        (
-            "stormglass:edge_retry_attempts:rate5m",
-            attempts("{attempt=\"retry\"}"),
-        ),
-        (
-            "stormglass:edge_effective_success:ratio_rate5m",
-            ratio(
-                calls("{first_outcome=\"ok\"}"),
-                "stormglass:edge_logical_calls:rate5m",
-            ),
-        ),
-        (
-            "stormglass:edge_raw_success:ratio_rate5m",
-            ratio(
-                calls("{final_outcome=\"ok\"}"),
-                "stormglass:edge_logical_calls:rate5m",
-            ),
-        ),
-        (
-            "stormglass:edge_retry_contribution:ratio_rate5m",
-            ratio(
-                calls("{first_outcome=\"failed\",final_outcome=\"ok\"}"),
-                "stormglass:edge_final_ok_calls:rate5m",
-            ),
-        ),
-        (
-            "stormglass:edge_retry_success:ratio_rate5m",
-            ratio(
-                attempts("{attempt=\"retry\",outcome=\"ok\"}"),
-                "stormglass:edge_retry_attempts:rate5m",
-            ),
-        ),
-        (
-            "stormglass:edge_retry:ratio_rate5m",
-            ratio(
-                "stormglass:edge_retry_attempts:rate5m".to_owned(),
-                "stormglass:edge_first_attempts:rate5m",
-            ),
-        ),
-        (
-            "stormglass:caller_callee_retries:per_minute_rate5m",
-            "sum by (caller, callee) (rate(stormglass_attempts_total{attempt=\"retry\"}[5m])) * 60"
-                .to_owned(),
-        ),
-        (
-            "stormglass:edge_orphan_work_seconds:per_minute_rate5m",
-            format!("sum by ({EDGE}) (rate(stormglass_orphan_work_seconds_total[5m])) * 60"),
-        ),
-        (
-            "stormglass:layer_latency_p99:seconds_rate5m",
-            "histogram_quantile(0.99, sum by (service, le) \
-             (rate(stormglass_layer_duration_seconds_bucket[5m])))"
-                .to_owned(),
-        ),
-        (
-            "stormglass:layer_latency_p999:seconds_rate5m",
-            "histogram_quantile(0.999, sum by (service, le) \
-             (rate(stormglass_layer_duration_seconds_bucket[5m])))"
-                .to_owned(),
-        ),
-        (
-            "stormglass:layer_error:ratio_rate5m",
-            ratio(
-                "sum by (service) (rate(stormglass_layer_responses_total{outcome!=\"ok\"}[5m]))"
-                    .to_owned(),
-                "sum by (service) (rate(stormglass_layer_responses_total[5m]))",
-            ),
-        ),
-        (
-            "stormglass:entry_error:ratio_rate5m",
-            ratio(
-                "sum by (service, operation) \
-                 (rate(stormglass_entry_failed_requests_total[5m]))"
-                    .to_owned(),
-                "sum by (service, operation) (rate(stormglass_entry_requests_total[5m]))",
-            ),
-        ),
-        (
-            "stormglass:entry_latency_p99:seconds_rate5m",
-            "histogram_quantile(0.99, sum by (service, operation, le) \
-             (rate(stormglass_entry_duration_seconds_bucket[5m])))"
-                .to_owned(),
-        ),
-        (
-            "stormglass:entry_latency_p999:seconds_rate5m",
-            "histogram_quantile(0.999, sum by (service, operation, le) \
-             (rate(stormglass_entry_duration_seconds_bucket[5m])))"
-                .to_owned(),
-        ),
-        (
-            "stormglass:layer_tail:ratio_rate5m",
-            "stormglass:layer_latency_p999:seconds_rate5m / \
-             (stormglass:layer_latency_p99:seconds_rate5m > 0)"
-                .to_owned(),
-        ),
-        (
-            "stormglass:edge_timeout:mean_seconds_rate5m",
-            format!(
-                "sum by ({EDGE}) (rate(stormglass_attempt_deadline_seconds_total[5m])) / \
-                 (sum by ({EDGE}) (rate(stormglass_budgeted_attempts_total[5m])) > 0)"
-            ),
-        ),
-        (
-            "stormglass:edge_backoff:mean_seconds_rate5m",
-            format!(
-                "sum by ({EDGE}) (rate(stormglass_retry_backoff_seconds_total[5m])) / \
-                 (sum by ({EDGE}) (rate(stormglass_backed_off_retries_total[5m])) > 0)"
-            ),
-        ),
-        (
-            "stormglass:callee_latency_p999:seconds_rate5m",
-            "max by (callee) (label_replace(stormglass:layer_latency_p999:seconds_rate5m, \
-             \"callee\", \"$1\", \"service\", \"(.*)\"))"
-                .to_owned(),
-        ),
-        (
-            "stormglass:edge_timeout_rate:ratio_rate5m",
-            format!(
-                "sum by ({EDGE}) (rate(stormglass_attempts_total{{outcome=\"deadline\"}}[5m])) / \
-                 (sum by ({EDGE}) (rate(stormglass_attempts_total[5m])) > 0)"
-            ),
-        ),
-        (
-            "stormglass:layer_timeout_rate:ratio_rate5m",
-            "sum by (service) (label_replace(rate(stormglass_attempts_total{outcome=\"deadline\"}[5m]), \
-             \"service\", \"$1\", \"callee\", \"(.*)\")) / \
-             (sum by (service) (label_replace(rate(stormglass_attempts_total[5m]), \
-             \"service\", \"$1\", \"callee\", \"(.*)\")) > 0)"
-                .to_owned(),
-        ),
-        (
-            "stormglass:edge_retries_to_other_instance:ratio_rate5m",
-            format!(
-                "sum by ({EDGE}) (rate(stormglass_other_instance_retries_total[5m])) / \
-                 (sum by ({EDGE}) (rate(stormglass_instance_retries_total[5m])) > 0)"
-            ),
-        ),
-        (
-            "stormglass:edge_timed_out_server_ok:ratio_rate5m",
-            ratio(
-                format!(
-                    "sum by ({EDGE}) (rate(stormglass_timed_out_server_ok_attempts_total[5m]))"
-                ),
-                &format!(
-                    "sum by ({EDGE}) (rate(stormglass_timed_out_served_attempts_total[5m]))"
-                ),
-            ),
-        ),
-        (
-            "stormglass:edge_attempts_without_deadline:ratio_rate5m",
-            ratio(
-                format!("sum by ({EDGE}) (rate(stormglass_unbudgeted_served_attempts_total[5m]))"),
-                &format!("sum by ({EDGE}) (rate(stormglass_served_attempts_total[5m]))"),
-            ),
-        ),
-        (
-            "stormglass:edge_writes_without_key:ratio_rate5m",
-            format!(
-                "(sum by ({EDGE}) (rate(stormglass_key_writes_total[5m])) - \
-                 (sum by ({EDGE}) (rate(stormglass_keyed_writes_total[5m])) \
-                 or sum by ({EDGE}) (rate(stormglass_key_writes_total[5m])) * 0)) / \
-                 (sum by ({EDGE}) (rate(stormglass_key_writes_total[5m])) > 0)"
-            ),
-        ),
-        (
-            "stormglass:edge_out_of_budget_retries:ratio_rate5m",
-            ratio(
-                format!("sum by ({EDGE}) (rate(stormglass_out_of_budget_retries_total[5m]))"),
-                "stormglass:edge_retry_attempts:rate5m",
-            ),
-        ),
-        (
-            "stormglass:edge_retried_calls:rate5m",
-            format!("sum by ({EDGE}) (rate(stormglass_retried_calls_total[5m]))"),
-        ),
-        (
-            "stormglass:edge_retried_failed:ratio_rate5m",
-            ratio(
-                format!("sum by ({EDGE}) (rate(stormglass_retried_failed_calls_total[5m]))"),
-                "stormglass:edge_retried_calls:rate5m",
-            ),
-        ),
-        (
-            "stormglass:edge_timeout_kill:ratio_rate5m",
-            format!(
-                "sum by ({EDGE}) (rate(stormglass_timeout_killed_attempts_total[5m])) / \
-                 (sum by ({EDGE}) (rate(stormglass_served_budgeted_attempts_total[5m])) > 0)"
-            ),
-        ),
-    ]
-}
-
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -675,15 +416,6 @@ fn busy_layers(
     breach: impl Fn(f64) -> bool,
 ) -> Vec<Breach> {
     layers_where(r, |l| figure(l).filter(|_| busy(r, events(l), t)), breach)
-}
-
-/// The same guard in PromQL: `condition` holds and `events` (a per-second rate with the
-/// condition's labels) reaches the minimum per minute.
-fn guarded(condition: String, events: &str, t: &AlertThresholds) -> String {
-    format!(
-        "{condition} and {events} * 60 >= {}",
-        t.min_events_per_minute
-    )
 }
 
 /// The definition of an alert, by name.
