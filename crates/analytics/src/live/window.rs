@@ -1,0 +1,164 @@
+//! The window: intervals joining and leaving it, and its report rebuilt from them.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use stormglass_runtime::Reservation;
+
+use super::LiveAnalysis;
+use crate::alerts;
+use crate::clock::ClockBounds;
+use crate::engine::{AnalysisError, Partials, WindowContext};
+use crate::report::{Report, WindowBounds};
+
+pub(super) struct Interval {
+    pub(super) start: SystemTime,
+    pub(super) end: SystemTime,
+    pub(super) partials: Arc<Partials>,
+    pub(super) learned: Learned,
+    pub(super) _reservation: Reservation,
+}
+
+/// What later chunks of the window need from a chunk's partials (its clock bounds), read
+/// once when the chunk is analysed rather than again for every chunk after.
+#[derive(Default)]
+pub(super) struct Learned {
+    pub(super) clocks: ClockBounds,
+}
+
+impl Learned {
+    pub(super) fn add(&mut self, partials: &Partials) {
+        partials.clock_bounds_into(&mut self.clocks);
+    }
+
+    pub(super) fn merge_into(&self, context: &mut WindowContext) {
+        for (pair, bound) in &self.clocks {
+            crate::clock::add(&mut context.clocks, pair.clone(), *bound);
+        }
+    }
+}
+
+/// Which intervals with data a report was built from: the same key, the same figures.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct WindowKey {
+    pub(super) first: Option<SystemTime>,
+    pub(super) last: Option<SystemTime>,
+    pub(super) intervals: usize,
+}
+
+impl LiveAnalysis {
+    /// Add an interval's partials to the window and drop the intervals that left it.
+    pub(super) fn add_to_window(
+        &self,
+        start: SystemTime,
+        end: SystemTime,
+        partials: Arc<Partials>,
+        learned: Learned,
+        now: SystemTime,
+    ) {
+        let reservation = self.budget.force(partials.memory_bytes());
+        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        window.push_back(Interval {
+            start,
+            end,
+            partials,
+            learned,
+            _reservation: reservation,
+        });
+        let horizon = now.checked_sub(self.config.window).unwrap_or(UNIX_EPOCH);
+        while window.front().is_some_and(|i| i.end <= horizon) {
+            window.pop_front();
+        }
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, seen| *seen > horizon);
+    }
+
+    /// Rebuild the report from the window's intervals and make it the latest. When the
+    /// window holds the same data as the last build (intervals that analysed nothing came,
+    /// none with data left: input has stopped), that build is reused with the new bounds,
+    /// so an idle collector does not merge a wide window again every interval.
+    pub(super) async fn rebuild_report(&self) -> Result<Arc<Report>, AnalysisError> {
+        let (window, bounds, key) = {
+            let window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            let bounds = WindowBounds {
+                start_unix_ns: window.front().map(|i| unix_ns(i.start)),
+                end_unix_ns: window.back().map(|i| unix_ns(i.end)),
+            };
+            let with_data: Vec<&Interval> =
+                window.iter().filter(|i| !i.partials.is_empty()).collect();
+            let key = WindowKey {
+                first: with_data.first().map(|i| i.start),
+                last: with_data.last().map(|i| i.end),
+                intervals: with_data.len(),
+            };
+            let partials: Vec<Arc<Partials>> = window.iter().map(|i| i.partials.clone()).collect();
+            (partials, bounds, key)
+        };
+        let reused = self
+            .built
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|(built, _)| *built == key)
+            .map(|(_, findings)| findings.clone());
+        let Some(findings) = reused else {
+            // The last build's findings are kept only for its reuse: not beside the new ones.
+            self.built.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let mut report = Report::build(&self.engine, &window, bounds).await?;
+            self.metrics.builds.inc();
+            report.figures = Some(self.metrics.builds.get());
+            *self.built.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((key, report.findings.clone()));
+            self.evaluate(&mut report);
+            let report = Arc::new(report);
+            *self.latest.write().unwrap_or_else(|p| p.into_inner()) = report.clone();
+            return Ok(report);
+        };
+        // In place: a copy of a wide report each idle interval was a few hundred MiB and
+        // most of the idle CPU (`make_mut` copies only while a reader holds it).
+        let mut latest = self.latest.write().unwrap_or_else(|p| p.into_inner());
+        let report = Arc::make_mut(&mut latest);
+        report.window = Report::window_of(&window, bounds);
+        report.findings = findings;
+        self.evaluate(report);
+        Ok(latest.clone())
+    }
+
+    /// The alerts of `report` (its findings all there), then its findings bounded.
+    pub(super) fn evaluate(&self, report: &mut Report) {
+        let started = Instant::now();
+        report.alerts = alerts::evaluate(report, &self.thresholds);
+        crate::table::timed("alerts", started);
+        report.bound_findings(self.report_config.max_findings_per_kind);
+    }
+
+    /// What the next chunk needs from the window: the services seen serving, and the clock
+    /// bounds of the window's intervals and of the current one's
+    /// chunks so far.
+    pub(super) async fn window_context(&self) -> WindowContext {
+        let servers: Vec<String> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let mut context = WindowContext {
+            servers,
+            ..WindowContext::default()
+        };
+        for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            interval.learned.merge_into(&mut context);
+        }
+        self.filling.lock().await.learned.merge_into(&mut context);
+        context
+    }
+}
+
+pub(super) fn unix_ns(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
