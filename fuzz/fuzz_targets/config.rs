@@ -7,10 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/cli/src/config_tree.rs"]
-mod config_tree;
-
-use config_tree::{Format, parse, scalar, section, set};
+use stormglass_runtime::config_tree::{Format, parse, scalar, section, set};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -6,6 +6,7 @@
 
 pub mod advice;
 pub mod alerts;
+pub mod budget_table;
 pub mod clock;
 pub mod counts;
 pub mod engine;

@@ -4,7 +4,8 @@
 //! * [`DERIVED`]: views over one batch of spans (plus `lineage`, `lineage_attempts`,
 //!   `edge_names` and `params`), materialised once per analysis so later queries do not recompute them;
 //! * [`PARTIALS`]: mergeable per-interval aggregates over the derived tables;
-//! * [`REPORT`]: figures over a window, from the merged partials (`p_<name>` tables).
+//! * [`REPORT`]: figures over a window, from the merged partials (`p_<name>` tables);
+//! * [`COMMANDS`]: what a command reads from those tables (`check-budget`, `replay`).
 //!
 //! The one-row `params` table is always the left side of its join (`FROM params p CROSS
 //! JOIN attempts a`): DataFusion's cross join emits one batch per row of its left side, so
@@ -83,6 +84,23 @@ pub const REPORT: &[Query] = &[
 /// `partial_latency` rows for late SERVER spans (see the file's header).
 pub const LATE_LATENCY: Query = query!("late_latency");
 
+/// What `check-budget` and `replay` read from a query context (the derived and report
+/// tables of one window, see [`crate::engine::Engine::query_context`]).
+pub const BUDGET_EDGES: Query = query!("budget_edges");
+pub const BUDGET_SERVED: Query = query!("budget_served");
+pub const BUDGET_CALLS: Query = query!("budget_calls");
+pub const REPLAY_CALLS: Query = query!("replay_calls");
+pub const REPLAY_ATTEMPTS: Query = query!("replay_attempts");
+
+/// Every query over a query context, for the registry's tests.
+pub const COMMANDS: &[Query] = &[
+    BUDGET_EDGES,
+    BUDGET_SERVED,
+    BUDGET_CALLS,
+    REPLAY_CALLS,
+    REPLAY_ATTEMPTS,
+];
+
 /// The table name a partial is merged under in the report stage.
 pub fn merged_name(partial: &str) -> String {
     format!("p_{}", partial.strip_prefix("partial_").unwrap_or(partial))
@@ -100,6 +118,7 @@ mod tests {
             .iter()
             .chain(PARTIALS)
             .chain(REPORT)
+            .chain(COMMANDS)
             .chain([&LATE_LATENCY])
         {
             let code: Vec<&str> = query

@@ -22,7 +22,12 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use datafusion::prelude::SessionContext;
+
 use crate::advice::Policy;
+use crate::engine::AnalysisError;
+use crate::queries;
+use crate::table::{rows, run};
 
 /// One observed logical call, as `logical_calls` holds it.
 #[derive(Clone, Debug, Deserialize)]
@@ -173,6 +178,23 @@ fn throttled(
         entry.1 += f64::from(u8::from(lost));
     }
     out
+}
+
+/// The traffic of `ctx` (an [`crate::engine::Engine::query_context`]) as [`replay`] reads
+/// it under `policy`: every logical call, and attempt by attempt only when a token bucket
+/// throttles some edge.
+pub async fn traffic(
+    ctx: &SessionContext,
+    policy: &Policy,
+) -> Result<(Vec<CallRow>, Vec<AttemptRow>), AnalysisError> {
+    let calls = rows(&run(ctx, &queries::REPLAY_CALLS).await?);
+    let throttles = policy.edges.iter().any(|e| e.retry_throttling.is_some());
+    let attempts = if throttles {
+        rows(&run(ctx, &queries::REPLAY_ATTEMPTS).await?)
+    } else {
+        Vec::new()
+    };
+    Ok((calls, attempts))
 }
 
 /// Replay `calls` under `policy`; `attempts` (in any order) for the edges it throttles as

@@ -105,11 +105,17 @@ async fn every_query_plans_on_the_schema() {
         .collect();
     files.sort();
     let late = [queries::LATE_LATENCY];
-    let mut registered: Vec<String> = [queries::DERIVED, queries::PARTIALS, queries::REPORT, &late]
-        .concat()
-        .iter()
-        .map(|q| q.name.to_owned())
-        .collect();
+    let mut registered: Vec<String> = [
+        queries::DERIVED,
+        queries::PARTIALS,
+        queries::REPORT,
+        queries::COMMANDS,
+        &late,
+    ]
+    .concat()
+    .iter()
+    .map(|q| q.name.to_owned())
+    .collect();
     registered.sort();
     assert_eq!(files, registered, "queries/ and the registry disagree");
     let r = report(&Spans::default()).await;

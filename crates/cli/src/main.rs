@@ -4,7 +4,6 @@
 mod api;
 mod budget;
 mod config;
-mod config_tree;
 mod demo;
 mod gate;
 mod load;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use stormglass_analytics::budget_table;
 use stormglass_analytics::files::{self, Columns, LoadSummary};
 use stormglass_analytics::report::{Report, Selection, WindowBounds};
 use stormglass_analytics::{Engine, SessionContext, alerts, engine, offline};
@@ -108,15 +109,6 @@ pub enum AdviceFormat {
     Linkerd,
 }
 
-/// The observed logical calls, as `replay` reads them.
-const CALLS: &str = "SELECT caller, callee, operation, attempts, final_outcome, weight, \
-     start_ns, end_ns FROM logical_calls";
-
-/// The observed attempts, as a throttled edge's replay reads them.
-const ATTEMPTS: &str = "SELECT caller, callee, operation, \
-     encode(CAST(trace_id AS BYTEA), 'hex') AS trace_id, logical_call_id, attempt, outcome, \
-     start_ns FROM attempts";
-
 /// `stormglass replay --policy FILE FILE|DIR...`: the files' calls under the policy.
 pub async fn replay(
     config: &Config,
@@ -126,14 +118,9 @@ pub async fn replay(
 ) -> anyhow::Result<()> {
     let policy = read_policy(policy)?;
     let ctx = traffic(config, paths).await?;
-    let calls: Vec<stormglass_analytics::replay::CallRow> = sql_rows(&ctx, CALLS).await?;
-    // Attempt by attempt only for the edges a token bucket throttles.
-    let throttles = policy.edges.iter().any(|e| e.retry_throttling.is_some());
-    let attempts: Vec<stormglass_analytics::replay::AttemptRow> = if throttles {
-        sql_rows(&ctx, ATTEMPTS).await?
-    } else {
-        Vec::new()
-    };
+    let (calls, attempts) = stormglass_analytics::replay::traffic(&ctx, &policy)
+        .await
+        .context("reading the traffic")?;
     let replayed = stormglass_analytics::replay::replay(&calls, &attempts, &policy);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&replayed)?),
@@ -214,10 +201,13 @@ pub async fn whatif(
 /// an error-level one fails.
 pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> anyhow::Result<()> {
     let declared = budget::read(file).map_err(anyhow::Error::msg)?;
-    let mut found = budget::check(&declared);
+    let mut found = budget_table::check(&declared);
     if !against.is_empty() {
-        let observed = observed(config, against, &declared).await?;
-        found.extend(budget::against(
+        let ctx = traffic(config, against).await?;
+        let observed = budget_table::observed(&ctx, &declared)
+            .await
+            .context("reading the traffic")?;
+        found.extend(budget_table::against(
             &declared,
             &observed,
             config.advice.timeout_factor,
@@ -228,7 +218,7 @@ pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> 
     }
     let errors = found
         .iter()
-        .filter(|v| v.level == budget::Level::Error)
+        .filter(|v| v.level == budget_table::Level::Error)
         .count();
     println!(
         "{} edge(s) declared: {errors} error(s), {} warning(s)",
@@ -244,57 +234,16 @@ pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> 
 /// `stormglass check-budget --emit FILE...`: a budget file from the files' traffic.
 pub async fn emit_budget(config: &Config, paths: &[PathBuf]) -> anyhow::Result<()> {
     let ctx = traffic(config, paths).await?;
-    let observed = observed_edges(&ctx).await?;
-    let calls: Vec<budget::CallRow> = sql_rows(
-        &ctx,
-        "SELECT caller, callee, encode(CAST(parent_span_id AS BYTEA), 'hex') AS parent_span_id, \
-         start_ns, end_ns FROM logical_calls WHERE caller <> 'unknown'",
-    )
-    .await?;
-    print!("{}", budget::emit(&observed, &budget::sequential(&calls)));
+    let read = async {
+        let observed = budget_table::observed(&ctx, &budget_table::Declared::default()).await?;
+        Ok::<_, stormglass_analytics::engine::AnalysisError>((
+            observed,
+            budget_table::sequential_in(&ctx).await?,
+        ))
+    };
+    let (observed, sequential) = read.await.context("reading the traffic")?;
+    print!("{}", budget::emit(&observed, &sequential));
     Ok(())
-}
-
-/// Every (caller, callee) of the files' traffic with what the budget checks compare, and
-/// for the declared ones the SERVER spans longer than the declared timeout.
-async fn observed(
-    config: &Config,
-    paths: &[PathBuf],
-    declared: &budget::Declared,
-) -> anyhow::Result<Vec<budget::Observed>> {
-    let ctx = traffic(config, paths).await?;
-    let mut observed = observed_edges(&ctx).await?;
-    #[derive(serde::Deserialize)]
-    struct Served {
-        n: Option<f64>,
-        longer: Option<f64>,
-    }
-    let quote = |s: &str| s.replace('\'', "''");
-    for o in &mut observed {
-        let Some(e) = declared
-            .edges
-            .iter()
-            .find(|e| e.caller == o.caller && e.callee == o.callee)
-        else {
-            continue;
-        };
-        let served: Vec<Served> = sql_rows(
-            &ctx,
-            &format!(
-                "SELECT SUM(weight) AS n, SUM(weight) FILTER (WHERE \
-                 (server_end_ns - server_start_ns) / 1e6 > {}) AS longer FROM attempts \
-                 WHERE server_end_ns IS NOT NULL AND caller = '{}' AND callee = '{}'",
-                e.timeout_ms,
-                quote(&e.caller),
-                quote(&e.callee)
-            ),
-        )
-        .await?;
-        o.served = served
-            .first()
-            .and_then(|s| Some((s.n?, s.longer.unwrap_or(0.0))));
-    }
-    Ok(observed)
 }
 
 /// One analysis of the files' spans, every table queryable.
@@ -303,52 +252,6 @@ async fn traffic(config: &Config, paths: &[PathBuf]) -> anyhow::Result<SessionCo
         .query_context(load(config, paths, Columns::All)?)
         .await
         .context("analysis failed")
-}
-
-/// The traffic's (caller, callee) pairs, operations merged: most attempts per call, the
-/// timeout, the recommended timeout and the callee's P99.9 (known callers only).
-async fn observed_edges(ctx: &SessionContext) -> anyhow::Result<Vec<budget::Observed>> {
-    #[derive(serde::Deserialize)]
-    struct Row {
-        caller: String,
-        callee: String,
-        max_attempt: Option<i64>,
-        timeout_ms: Option<f64>,
-        recommended_timeout_ms: Option<f64>,
-        callee_p999_ms: Option<f64>,
-        backoff_median_ms: Option<f64>,
-    }
-    let rows: Vec<Row> = sql_rows(
-        ctx,
-        "SELECT caller, callee, MAX(max_attempt) AS max_attempt, MAX(timeout_ms) AS timeout_ms, \
-         MAX(recommended_timeout_ms) AS recommended_timeout_ms, \
-         MAX(callee_p999_ms) AS callee_p999_ms, MIN(backoff_median_ms) AS backoff_median_ms \
-         FROM edges WHERE caller <> 'unknown' GROUP BY caller, callee ORDER BY caller, callee",
-    )
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| budget::Observed {
-            caller: r.caller,
-            callee: r.callee,
-            max_attempts: u32::try_from(r.max_attempt.unwrap_or(0).max(0) + 1).unwrap_or(u32::MAX),
-            timeout_ms: r.timeout_ms,
-            recommended_timeout_ms: r.recommended_timeout_ms,
-            callee_p999_ms: r.callee_p999_ms,
-            served: None,
-            backoff_median_ms: r.backoff_median_ms,
-        })
-        .collect())
-}
-
-/// Run `sql` and read its rows into `T`.
-async fn sql_rows<T: serde::de::DeserializeOwned>(
-    ctx: &SessionContext,
-    sql: &str,
-) -> anyhow::Result<Vec<T>> {
-    stormglass_analytics::table::sql_rows(ctx, sql)
-        .await
-        .with_context(|| format!("querying the traffic: {sql}"))
 }
 
 /// The report over every trace in the files, with its alert conditions.

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod budget;
+pub mod config_tree;
 pub mod duration;
 pub mod health;
 pub mod memory;

@@ -21,7 +21,7 @@ use stormglass_assembly::AssemblyConfig;
 use stormglass_export::NotifyConfig;
 use stormglass_runtime::{AuthConfig, TlsConfig};
 
-use crate::config_tree::{Format, parse, scalar, section, set};
+use stormglass_runtime::config_tree::{Format, parse, scalar, section, set};
 
 /// Prefix of environment overrides; `__` separates key path segments.
 pub const ENV_PREFIX: &str = "STORMGLASS_";

@@ -1,7 +1,8 @@
 //! The configuration's value tree, generic over the section types: a file parsed into one
 //! JSON-like tree, overrides set at key paths, and each section typed with every bad key
 //! reported. Kept apart from the section types so that it is fuzzed on its own
-//! (`fuzz/fuzz_targets/config.rs`) without building the crates that define them.
+//! (`fuzz/fuzz_targets/config.rs`) with the sections it can build, and read by every file
+//! the collector takes (the configuration, a budget table).
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
