@@ -6,6 +6,11 @@
 //! callee and operation. Adding one is its SQL, one entry below, a fixture and its goldens:
 //! [`crate::counts::EdgeCounts`] reads the column, export names and exports the counter,
 //! and a test holds docs/metrics.md to the list.
+//!
+//! Its second part ([`columns`]) is the report's tables as `analyze` prints them: each
+//! header beside the figure it shows.
+
+pub mod columns;
 
 /// The unit of a count's column; counters are exported in base units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,6 +3,9 @@
 
 use std::fmt::Write;
 
+use stormglass_analytics::figures::columns::{
+    Cell, Column, EDGE_COLUMNS, ENTRY_COLUMNS, LAYER_COLUMNS,
+};
 use stormglass_analytics::report::{CoverageShares, Report};
 
 fn percent(v: Option<f64>) -> String {
@@ -37,6 +40,26 @@ fn grid(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A catalogue table ([`stormglass_analytics::figures::columns`]): its headers, a row per item.
+fn columns<T>(columns: &[Column<T>], items: &[T]) -> String {
+    let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|item| {
+            columns
+                .iter()
+                .map(|c| match (c.cell)(item) {
+                    Cell::Share(v) => percent(v),
+                    Cell::Number(v, decimals) => number(v, decimals),
+                    Cell::Count(n) => n.to_string(),
+                    Cell::Text(text) => text,
+                })
+                .collect()
+        })
+        .collect();
+    grid(&headers, &rows)
+}
+
 /// Orphan pairs the table lists unless told to list all: the largest by work after cancel.
 pub const LISTED_ORPHANS: usize = 20;
 
@@ -67,140 +90,13 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
     out += &listed(r.listing.as_ref());
 
     let _ = writeln!(out, "Edges (caller -> callee operation)");
-    let rows: Vec<Vec<String>> = r
-        .edges
-        .iter()
-        .map(|e| {
-            vec![
-                format!("{} -> {} {}", e.caller, e.callee, e.operation),
-                e.logical_calls.to_string(),
-                e.attempts.to_string(),
-                percent(e.raw_success_rate),
-                percent(e.effective_success_rate),
-                percent(e.retry_contribution),
-                percent(e.retry_ratio),
-                percent(e.retry_success_rate),
-                number(e.edge_amplification, 2),
-                match (&e.backoff, e.backoff_median_ms) {
-                    (Some(shape), Some(ms)) => format!("{shape} {ms:.0}ms"),
-                    (None, Some(ms)) => format!("{ms:.0}ms"),
-                    _ => "-".to_owned(),
-                },
-                percent(e.synchronised_retries),
-                number(e.timeout_ms, 0),
-                percent(e.timeout_rate),
-                percent(e.retried_failed_share),
-                percent(e.timed_out_server_ok_share),
-                percent(e.attempts_without_deadline),
-                format!("{} / {}", e.non_retryable_retries, e.retry_after_violations),
-                format!("{} / {}", e.out_of_budget_retries, e.retries_after_deadline),
-                number(e.callee_p999_ms, 0),
-                number(e.recommended_timeout_ms, 0),
-                percent(e.timeout_kill_share),
-                format!(
-                    "{} / {} / {}",
-                    e.unsafe_retries, e.unstable_key_retries, e.idempotency_hits
-                ),
-                format!(
-                    "{} / {} / {}",
-                    e.rerun_writes, e.overlapping_write_retries, e.duplicate_rejections
-                ),
-                format!("{} / {:.3}s", e.orphan_pairs, e.orphan_work_seconds),
-                format!(
-                    "{} / {} / {}",
-                    e.hidden_attempts, e.inferred_attempts, e.hedged_attempts
-                ),
-            ]
-        })
-        .collect();
-    out += &grid(
-        &[
-            "edge",
-            "calls",
-            "attempts",
-            "raw ok",
-            "effective ok",
-            "retry contrib",
-            "retry ratio",
-            "retry ok",
-            "amp",
-            "backoff",
-            "synchronised",
-            "timeout ms",
-            "timed out",
-            "retried lost",
-            "timeouts served ok",
-            "no deadline",
-            "client-error retries / early",
-            "out of budget / late",
-            "callee p99.9",
-            "recommended",
-            "cut off",
-            "unsafe / unstable key / key hits",
-            "writes re-run / overlapping / duplicates",
-            "orphans / work",
-            "hidden / inferred / hedged",
-        ],
-        &rows,
-    );
+    out += &columns(EDGE_COLUMNS, &r.edges);
 
     let _ = writeln!(out, "\nLayers");
-    let rows: Vec<Vec<String>> = r
-        .layers
-        .iter()
-        .map(|l| {
-            vec![
-                l.service.clone(),
-                l.requests.to_string(),
-                number(l.amplification, 2),
-                number(l.p99_ms, 1),
-                number(l.p999_ms, 1),
-                number(l.tail_ratio, 2),
-                percent(l.timeout_rate),
-            ]
-        })
-        .collect();
-    out += &grid(
-        &[
-            "service",
-            "requests",
-            "amplification",
-            "p99 ms",
-            "p99.9 ms",
-            "tail ratio",
-            "timed out",
-        ],
-        &rows,
-    );
+    out += &columns(LAYER_COLUMNS, &r.layers);
 
     let _ = writeln!(out, "\nEntry operations");
-    let rows: Vec<Vec<String>> = r
-        .entries
-        .iter()
-        .map(|e| {
-            vec![
-                e.service.clone(),
-                e.operation.clone(),
-                e.requests.to_string(),
-                percent(e.error_rate),
-                number(e.p99_ms, 1),
-                number(e.p999_ms, 1),
-                format!("{}", e.storm_potential),
-            ]
-        })
-        .collect();
-    out += &grid(
-        &[
-            "service",
-            "operation",
-            "requests",
-            "errors",
-            "p99 ms",
-            "p99.9 ms",
-            "storm potential",
-        ],
-        &rows,
-    );
+    out += &columns(ENTRY_COLUMNS, &r.entries);
 
     let _ = writeln!(
         out,
