@@ -335,23 +335,8 @@ fn replay_and_whatif_under_a_policy() {
         r#"{"edges": [{"caller": "order", "callee": "inventory", "max_attempts": 1}]}"#,
     )
     .unwrap();
-    let (ok, stdout, stderr) = stormglass(&[
-        "replay",
-        "--policy",
-        one_attempt.to_str().unwrap(),
-        "--format",
-        "json",
-        &file,
-    ]);
-    assert!(ok, "{stderr}");
-    let replayed: Value = serde_json::from_str(&stdout).unwrap();
-    let edge = replayed["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["callee"] == "inventory")
-        .unwrap()
-        .clone();
+    let replayed = replay(&one_attempt, &file);
+    let edge = replayed_edge(&replayed, "inventory");
     assert_eq!(edge["max_attempts"], 1, "{edge:#}");
     assert_eq!(
         (edge["calls"].as_f64(), edge["attempts"].as_f64()),
@@ -361,12 +346,7 @@ fn replay_and_whatif_under_a_policy() {
     assert_eq!(edge["successes_lost"], 10.0, "{edge:#}");
     assert_eq!(edge["success_rate_replayed"], 0.75, "{edge:#}");
     assert_eq!(edge["load_saved"], 0.2, "{edge:#}");
-    let gateway = replayed["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["callee"] == "order")
-        .unwrap();
+    let gateway = replayed_edge(&replayed, "order");
     assert_eq!(gateway["max_attempts"], Value::Null, "as seen: {gateway:#}");
     assert_eq!(gateway["retries_dropped"], 0.0);
 
@@ -394,11 +374,63 @@ fn replay_and_whatif_under_a_policy() {
     };
     assert!((amplification(None) - 2.0).abs() < 1e-9);
     assert!((amplification(advised.to_str()) - 1.2).abs() < 1e-9);
+
+    // Capped at the top of a 3 x 3 x 3 storm, the layers below are saved too: of the 9
+    // calls svc makes to db (27 attempts), the 3 made for gateway's first attempt remain.
+    let mut storm = Spans::default();
+    stormglass_testkit::fixtures::storm(&mut storm, 1);
+    let storm_file = dir.join("storm.jsonl");
+    common::write_jsonl(&storm_file, &storm, None);
+    let top = dir.join("top.json");
+    std::fs::write(
+        &top,
+        r#"{"edges": [{"caller": "gateway", "callee": "api", "max_attempts": 1}]}"#,
+    )
+    .unwrap();
+    let replayed = replay(&top, storm_file.to_str().unwrap());
+    let edge = |callee: &str| replayed_edge(&replayed, callee);
+    let db = edge("db");
+    assert_eq!(
+        (db["calls"].as_f64(), db["calls_replayed"].as_f64()),
+        (Some(9.0), Some(3.0)),
+        "{db:#}"
+    );
+    assert_eq!(
+        (db["attempts"].as_f64(), db["attempts_replayed"].as_f64()),
+        (Some(27.0), Some(9.0))
+    );
+    assert_eq!(db["attempts_not_called"], 18.0);
+    let svc = edge("svc");
+    assert_eq!(
+        (svc["attempts"].as_f64(), svc["attempts_replayed"].as_f64()),
+        (Some(9.0), Some(3.0)),
+        "{svc:#}"
+    );
+
     let bad = dir.join("bad.json");
     std::fs::write(&bad, r#"{"edges": [{"caller": "a"}]}"#).unwrap();
     let (code, _, stderr) = stormglass_exit(&["replay", "--policy", bad.to_str().unwrap(), &file]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("not a policy"), "{stderr}");
+}
+
+/// `stormglass replay --policy POLICY FILE` as JSON.
+fn replay(policy: &Path, file: &str) -> Value {
+    let policy = policy.to_str().unwrap();
+    let (ok, stdout, stderr) =
+        stormglass(&["replay", "--policy", policy, "--format", "json", file]);
+    assert!(ok, "{stderr}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
+/// The replayed edge into `callee`.
+fn replayed_edge(replayed: &Value, callee: &str) -> Value {
+    let edges = replayed["edges"].as_array().unwrap();
+    edges
+        .iter()
+        .find(|e| e["callee"] == callee)
+        .unwrap()
+        .clone()
 }
 
 /// `stormglass demo` run as a user would, archiving its spans: the last summary's

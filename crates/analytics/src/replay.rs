@@ -14,7 +14,11 @@
 //!   success gives back `token_ratio`, and a retry goes only while the tokens are above
 //!   half of `max_tokens` (and the attempts allow); a retry the calls did not make is taken
 //!   to fail, as the attempt before it did;
-//! * an edge the policy does not name is replayed as observed.
+//! * an edge the policy does not name is replayed as observed;
+//! * a call made for an attempt the policy drops upstream is not made (nor what it called
+//!   in turn): an attempt past its edge's cap is dropped outright, one within it but
+//!   dropped by a budget or a bucket in the share its edge drops (`calls_replayed`,
+//!   `attempts_not_called`). A storm capped at one layer saves the layers below it.
 //!
 //! Counts are sums of the calls' adjusted counts (sampling), as every figure's.
 
@@ -30,7 +34,7 @@ use crate::queries;
 use crate::table::{rows, run};
 
 /// One observed logical call, as `logical_calls` holds it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct CallRow {
     pub caller: Option<String>,
     pub callee: Option<String>,
@@ -40,6 +44,16 @@ pub struct CallRow {
     pub weight: f64,
     pub start_ns: i64,
     pub end_ns: i64,
+    /// The call's trace (hex) and its number there; with the upstream call and attempt
+    /// number it was made for (none for a call no attempt made).
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    #[serde(default)]
+    pub logical_call_id: i64,
+    #[serde(default)]
+    pub upstream_call_id: Option<i64>,
+    #[serde(default)]
+    pub upstream_attempt: Option<i64>,
 }
 
 /// One attempt, as `attempts` holds it: what a throttled edge is replayed from.
@@ -65,9 +79,14 @@ pub struct EdgeReplay {
     pub max_attempts: Option<u32>,
     pub calls: f64,
     pub attempts: f64,
+    /// Calls still made: those made for an attempt dropped upstream are not.
+    pub calls_replayed: f64,
     pub attempts_replayed: f64,
-    /// Retries the policy drops: past its attempts, then past its budget.
+    /// Retries the policy drops here, of the calls still made: past its attempts, then
+    /// past its budget.
     pub retries_dropped: f64,
+    /// Attempts not made because the upstream attempt they were made for is dropped.
+    pub attempts_not_called: f64,
     pub retries_dropped_by_budget: f64,
     /// Calls that succeeded as observed and would fail under the policy.
     pub successes_lost: f64,
@@ -94,10 +113,6 @@ struct Sums {
     attempts: f64,
     capped: f64,
     successes: f64,
-    /// Successes on an attempt past the cap.
-    lost_to_cap: f64,
-    /// Successes within the cap that needed a retry.
-    saved_by_retry: f64,
 }
 
 fn name(s: &Option<String>) -> &str {
@@ -197,6 +212,27 @@ pub async fn traffic(
     Ok((calls, attempts))
 }
 
+/// What pass one decides for an edge: its cap, and the share of its retries within the cap
+/// that its budget or bucket keeps.
+#[derive(Clone, Copy)]
+struct Plan {
+    cap: i64,
+    kept: f64,
+    /// Successes lost per call to the budget or bucket (a bucket's, spread evenly).
+    throttled_lost: Option<f64>,
+}
+
+impl Plan {
+    /// How much of attempt number `k` (0 the first) the policy still sends.
+    fn attempt_kept(&self, k: i64) -> f64 {
+        match k {
+            k if k >= self.cap => 0.0,
+            0 => 1.0,
+            _ => self.kept,
+        }
+    }
+}
+
 /// Replay `calls` under `policy`; `attempts` (in any order) for the edges it throttles as
 /// gRPC does.
 pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Replay {
@@ -204,12 +240,17 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     let start = calls.iter().map(|c| c.start_ns).min().unwrap_or(0);
     let end = calls.iter().map(|c| c.end_ns).max().unwrap_or(0);
     let seconds = (end - start).max(0) as f64 / 1e9;
-    let mut sums: HashMap<(&str, &str, &str), Sums> = HashMap::new();
+    type Key<'a> = (&'a str, &'a str, &'a str);
+    let cap_of = |key: Key| {
+        policy
+            .edge(key.0, key.1, key.2)
+            .map_or(i64::MAX, |p| i64::from(p.max_attempts))
+    };
+    // Pass one: each edge as observed, and what the policy keeps of it.
+    let mut sums: HashMap<Key, Sums> = HashMap::new();
     for c in calls {
         let key = (name(&c.caller), name(&c.callee), name(&c.operation));
-        let cap = policy
-            .edge(key.0, key.1, key.2)
-            .map_or(i64::MAX, |p| i64::from(p.max_attempts));
+        let cap = cap_of(key);
         let attempts = c.attempts.max(1);
         let ok = c.final_outcome.as_deref() == Some("ok");
         let s = sums.entry(key).or_default();
@@ -218,17 +259,12 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         s.capped += attempts.min(cap) as f64 * c.weight;
         if ok {
             s.successes += c.weight;
-            if attempts > cap {
-                s.lost_to_cap += c.weight;
-            } else if attempts > 1 {
-                s.saved_by_retry += c.weight;
-            }
         }
     }
-    let mut edges: Vec<EdgeReplay> = sums
-        .into_iter()
-        .map(|((caller, callee, operation), s)| {
-            let p = policy.edge(caller, callee, operation);
+    let plans: HashMap<Key, Plan> = sums
+        .iter()
+        .map(|(&key, s)| {
+            let p = policy.edge(key.0, key.1, key.2);
             let retries = s.capped - s.calls;
             let allowance = match p.map(|p| (p.retry_budget_ratio, p.retry_budget_min_per_second)) {
                 None | Some((None, None)) => f64::INFINITY,
@@ -236,17 +272,61 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
                     (ratio.unwrap_or(0.0) * s.calls).max(floor.unwrap_or(0.0) * seconds)
                 }
             };
-            let by_budget = (retries - allowance).max(0.0);
-            let held_back = ratio(by_budget, retries).unwrap_or(0.0);
-            let mut lost = s.lost_to_cap + s.saved_by_retry * held_back;
-            let mut replayed = s.capped - by_budget;
-            let mut dropped_by_budget = by_budget;
-            let key = (caller.to_owned(), callee.to_owned(), operation.to_owned());
-            if let Some((sent, late)) = throttled.get(&key) {
-                replayed = *sent;
-                lost = *late;
-                dropped_by_budget = (s.capped - sent).max(0.0);
+            let mut kept = 1.0 - ratio((retries - allowance).max(0.0), retries).unwrap_or(0.0);
+            let mut throttled_lost = None;
+            let owned = (key.0.to_owned(), key.1.to_owned(), key.2.to_owned());
+            if let Some((sent, late)) = throttled.get(&owned) {
+                kept = ratio(sent - s.calls, retries).unwrap_or(1.0);
+                throttled_lost = Some(late / s.calls);
             }
+            let plan = Plan {
+                cap: cap_of(key),
+                kept,
+                throttled_lost,
+            };
+            (key, plan)
+        })
+        .collect();
+    // Pass two: how much of each call is still made, from the top down.
+    let index: HashMap<(&str, i64), usize> = calls
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some(((c.trace_id.as_deref()?, c.logical_call_id), i)))
+        .collect();
+    let mut made: Vec<Option<f64>> = vec![None; calls.len()];
+    for i in 0..calls.len() {
+        made_share(i, calls, &index, &plans, &mut made);
+    }
+    let mut cascaded: HashMap<Key, Cascade> = HashMap::new();
+    for (c, made) in calls.iter().zip(&made) {
+        let key = (name(&c.caller), name(&c.callee), name(&c.operation));
+        let plan = plans[&key];
+        let made = made.unwrap_or(1.0);
+        let attempts = c.attempts.max(1) as f64;
+        let capped = c.attempts.max(1).min(plan.cap) as f64;
+        let sent = 1.0 + (capped - 1.0) * plan.kept;
+        let ok = c.final_outcome.as_deref() == Some("ok");
+        let lost = match plan.throttled_lost {
+            Some(per_call) => per_call,
+            None if ok && c.attempts.max(1) > plan.cap => 1.0,
+            None if ok && c.attempts > 1 => 1.0 - plan.kept,
+            None => 0.0,
+        };
+        let e = cascaded.entry(key).or_default();
+        let w = c.weight;
+        e.calls += w * made;
+        e.not_called += w * attempts * (1.0 - made);
+        e.dropped += w * made * (attempts - sent);
+        e.by_budget += w * made * (capped - sent);
+        e.successes += w * made * f64::from(u8::from(ok));
+        e.lost += w * made * lost;
+    }
+    let mut edges: Vec<EdgeReplay> = sums
+        .into_iter()
+        .map(|(key @ (caller, callee, operation), s)| {
+            let p = policy.edge(caller, callee, operation);
+            let c = &cascaded[&key];
+            let replayed = s.attempts - c.dropped - c.not_called;
             EdgeReplay {
                 caller: caller.to_owned(),
                 callee: callee.to_owned(),
@@ -254,15 +334,17 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
                 max_attempts: p.map(|p| p.max_attempts),
                 calls: s.calls,
                 attempts: s.attempts,
+                calls_replayed: c.calls,
                 attempts_replayed: replayed,
-                retries_dropped: s.attempts - replayed,
-                retries_dropped_by_budget: dropped_by_budget,
-                successes_lost: lost,
+                retries_dropped: c.dropped,
+                attempts_not_called: c.not_called,
+                retries_dropped_by_budget: c.by_budget,
+                successes_lost: c.lost,
                 success_rate: ratio(s.successes, s.calls),
-                success_rate_replayed: ratio(s.successes - lost, s.calls),
+                success_rate_replayed: ratio(c.successes - c.lost, c.calls),
                 load_saved: ratio(s.attempts - replayed, s.attempts),
                 retries: s.attempts - s.calls,
-                retries_replayed: replayed - s.calls,
+                retries_replayed: replayed - c.calls,
             }
         })
         .collect();
@@ -270,6 +352,50 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
     });
     Replay { seconds, edges }
+}
+
+/// Pass two's sums of an edge, each call weighted by the share of it still made.
+#[derive(Default)]
+struct Cascade {
+    calls: f64,
+    not_called: f64,
+    dropped: f64,
+    by_budget: f64,
+    successes: f64,
+    lost: f64,
+}
+
+/// The share of call `i` still made under the policy: the product, up its chain of
+/// upstream attempts, of how much of each the policy still sends. Memoised in `made`
+/// (a chain met again while being walked, which a trace cannot hold, counts as made).
+fn made_share(
+    i: usize,
+    calls: &[CallRow],
+    index: &HashMap<(&str, i64), usize>,
+    plans: &HashMap<(&str, &str, &str), Plan>,
+    made: &mut [Option<f64>],
+) -> f64 {
+    if let Some(v) = made[i] {
+        return v;
+    }
+    made[i] = Some(1.0);
+    let c = &calls[i];
+    let upstream = c
+        .trace_id
+        .as_deref()
+        .zip(c.upstream_call_id)
+        .and_then(|(trace, call)| index.get(&(trace, call)).copied());
+    let share = match (upstream, c.upstream_attempt) {
+        (Some(u), Some(k)) => {
+            let up = &calls[u];
+            let key = (name(&up.caller), name(&up.callee), name(&up.operation));
+            let sent = plans.get(&key).map_or(1.0, |p| p.attempt_kept(k));
+            sent * made_share(u, calls, index, plans, made)
+        }
+        _ => 1.0,
+    };
+    made[i] = Some(share);
+    share
 }
 
 #[cfg(test)]
@@ -313,6 +439,7 @@ mod tests {
                 weight: 1.0,
                 start_ns: i * 1_000_000,
                 end_ns: i * 1_000_000 + 10,
+                ..CallRow::default()
             });
         }
         let policy = Policy::parse(
@@ -344,7 +471,63 @@ mod tests {
             weight: 1.0,
             start_ns: at_s * 1_000_000_000,
             end_ns: at_s * 1_000_000_000 + 1,
+            ..CallRow::default()
         }
+    }
+
+    /// A storm capped at the top saves the layers below: gateway -> api makes 3 attempts,
+    /// each of which calls api -> db once (db fails twice, then answers). Capped at one
+    /// attempt at gateway -> api, the db calls made for attempts 2 and 3 are not made:
+    /// db's edge replays 1 call of 3, its load saved two thirds, no success of its own
+    /// lost; with 2 attempts allowed, 2 of 3.
+    #[test]
+    fn dropped_attempts_take_their_calls_below_with_them() {
+        let row =
+            |caller: &str, callee: &str, id: i64, attempts: i64, ok: bool, up: Option<i64>| {
+                CallRow {
+                    caller: Some(caller.into()),
+                    callee: Some(callee.into()),
+                    operation: Some("op".into()),
+                    attempts,
+                    final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
+                    weight: 1.0,
+                    trace_id: Some("t".into()),
+                    logical_call_id: id,
+                    upstream_call_id: up.map(|_| 1),
+                    upstream_attempt: up,
+                    ..CallRow::default()
+                }
+            };
+        let calls = vec![
+            row("gateway", "api", 1, 3, true, None),
+            row("api", "db", 2, 1, false, Some(0)),
+            row("api", "db", 3, 1, false, Some(1)),
+            row("api", "db", 4, 1, true, Some(2)),
+        ];
+        let capped = |n: u32| {
+            let p = Policy::parse(&format!(
+                r#"{{"edges": [{{"caller": "gateway", "callee": "api", "max_attempts": {n}}}]}}"#
+            ))
+            .unwrap();
+            replay(&calls, &[], &p)
+        };
+        let r = capped(1);
+        let (api, db) = (&r.edges[1], &r.edges[0]);
+        assert_eq!((api.callee.as_str(), db.callee.as_str()), ("api", "db"));
+        assert_eq!((api.attempts, api.attempts_replayed), (3.0, 1.0));
+        assert_eq!(api.successes_lost, 1.0, "its success came on the third");
+        assert_eq!((db.calls, db.calls_replayed), (3.0, 1.0), "{db:?}");
+        assert_eq!((db.attempts_not_called, db.retries_dropped), (2.0, 0.0));
+        assert_eq!(db.attempts_replayed, 1.0);
+        assert_eq!(db.successes_lost, 0.0);
+        assert!((db.load_saved.unwrap() - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(db.success_rate_replayed, Some(0.0), "the one made failed");
+        let r = capped(2);
+        assert_eq!(r.edges[0].calls_replayed, 2.0);
+        // Not named by the policy, nothing upstream dropped: replayed as observed.
+        let r = replay(&calls, &[], &Policy::parse(r#"{"edges": []}"#).unwrap());
+        assert_eq!(r.edges[0].calls_replayed, 3.0);
+        assert_eq!(r.edges[0].attempts_not_called, 0.0);
     }
 
     fn policy(max_attempts: u32, ratio: Option<f64>) -> Policy {

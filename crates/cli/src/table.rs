@@ -286,9 +286,10 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
                 e.operation.clone(),
                 e.max_attempts
                     .map_or_else(|| "as seen".to_owned(), |m| m.to_string()),
-                format!("{:.0}", e.calls),
+                format!("{:.0} -> {:.0}", e.calls, e.calls_replayed),
                 format!("{:.0} -> {:.0}", e.attempts, e.attempts_replayed),
                 format!("{:.1}", e.retries_dropped),
+                format!("{:.1}", e.attempts_not_called),
                 format!("{:.1}", e.successes_lost),
                 format!(
                     "{} -> {}",
@@ -307,6 +308,7 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
             "calls",
             "attempts sent",
             "retries dropped",
+            "not called",
             "successes lost",
             "success rate",
             "load saved %",
