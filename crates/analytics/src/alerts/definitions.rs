@@ -133,21 +133,26 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
             let Some(minutes) = window_minutes(r) else {
                 return Vec::new();
             };
-            let mut by_pair: HashMap<(&str, &str), u64> = HashMap::new();
-            for e in &r.edges {
+            // Only the edges that retried, and labels only for the pairs that breach: at
+            // width, labelling every pair was most of the alerts' time.
+            let mut by_pair: Fast<(&str, &str), u64> = Fast::default();
+            for e in r.edges.iter().filter(|e| e.retry_attempts > 0) {
                 *by_pair.entry((&e.caller, &e.callee)).or_default() += e.retry_attempts;
             }
-            let mut pairs: Vec<_> = by_pair.into_iter().collect();
-            pairs.sort();
+            let mut pairs: Vec<_> = by_pair
+                .into_iter()
+                .map(|(pair, retries)| (pair, retries as f64 / minutes))
+                .filter(|(_, per_minute)| *per_minute > t.retries_per_minute)
+                .collect();
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
             pairs
                 .into_iter()
-                .map(|((caller, callee), retries)| {
+                .map(|((caller, callee), per_minute)| {
                     (
                         labels(&[("caller", caller), ("callee", callee)]),
-                        retries as f64 / minutes,
+                        per_minute,
                     )
                 })
-                .filter(|(_, per_minute)| *per_minute > t.retries_per_minute)
                 .collect()
         },
     },
@@ -268,9 +273,13 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
                     *budget.entry((&f.caller, &f.callee)).or_default() += f.count;
                 }
             }
-            let mut attempts: HashMap<(&str, &str), u64> = HashMap::new();
+            // The attempts of the pairs with findings only.
+            let mut attempts: BTreeMap<(&str, &str), u64> =
+                budget.keys().map(|pair| (*pair, 0)).collect();
             for e in &r.edges {
-                *attempts.entry((&e.caller, &e.callee)).or_default() += e.attempts;
+                if let Some(n) = attempts.get_mut(&(e.caller.as_str(), e.callee.as_str())) {
+                    *n += e.attempts;
+                }
             }
             budget
                 .into_iter()

@@ -16,12 +16,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde::Deserialize;
+use stormglass_model::hash::KeyedHash;
 
 mod definitions;
 
 pub use crate::report::Alert;
 use crate::report::Report;
 pub use definitions::DEFINITIONS;
+
+/// Maps keyed by names, with the lineage's keyed hash (model::hash) instead of SipHash.
+type Fast<K, V> = HashMap<K, V, KeyedHash>;
 
 /// `alerts.*` thresholds, defaults from docs/alerts.md.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
