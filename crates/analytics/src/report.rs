@@ -1096,31 +1096,45 @@ pub fn storm_potential<'a>(
     links: &[Link<'a>],
     edges: &'a [EdgeFigures],
 ) -> HashMap<(String, String), f64> {
-    let factor: Fast<EdgeKey, f64> = edges
-        .iter()
-        .map(|e| {
-            let key = (e.caller.as_str(), e.callee.as_str(), e.operation.as_str());
-            let tries = |n: Option<i64>| n.unwrap_or(0).max(0) as f64 + 1.0;
-            (key, tries(e.max_attempt) * tries(e.max_outer_attempt))
-        })
-        .collect();
-    let mut by_entry: Fast<(&str, &str), Vec<&Link>> = Fast::default();
+    // Each edge named once as an integer, its factor at that index: the walk then hashes
+    // integers, not three names per step (at width, ~250,000 links).
+    let mut ids: Fast<EdgeKey, u32> = Fast::default();
+    let mut factor: Vec<f64> = Vec::with_capacity(edges.len());
+    for e in edges {
+        let tries = |n: Option<i64>| n.unwrap_or(0).max(0) as f64 + 1.0;
+        let key = (e.caller.as_str(), e.callee.as_str(), e.operation.as_str());
+        ids.entry(key).or_insert_with(|| {
+            factor.push(tries(e.max_attempt) * tries(e.max_outer_attempt));
+            (factor.len() - 1) as u32
+        });
+    }
+    // Per entry (service, operation), its links as (parent, edge) ids.
+    type Linked = Vec<(Option<u32>, u32)>;
+    let mut by_entry: Fast<(&str, &str), Linked> = Fast::default();
     for link in links {
+        // An edge of the links the report does not list counts as one try.
+        let mut id = |key: EdgeKey<'a>| {
+            *ids.entry(key).or_insert_with(|| {
+                factor.push(1.0);
+                (factor.len() - 1) as u32
+            })
+        };
+        let pair = (link.parent.map(&mut id), id(link.edge));
         by_entry
             .entry((link.entry_service, link.entry_operation))
             .or_default()
-            .push(link);
+            .push(pair);
     }
     by_entry
         .into_iter()
         .map(|((service, operation), links)| {
             // Each parent's child edges once, in the order first met (a set beside the
             // lists: a search of the list per link grew with the children of a parent).
-            let mut children: Fast<Option<EdgeKey>, Vec<EdgeKey>> = Fast::default();
-            let mut seen: FastSet<(Option<EdgeKey>, EdgeKey)> = FastSet::default();
-            for l in &links {
-                if seen.insert((l.parent, l.edge)) {
-                    children.entry(l.parent).or_default().push(l.edge);
+            let mut children: Fast<Option<u32>, Vec<u32>> = Fast::default();
+            let mut seen: FastSet<(Option<u32>, u32)> = FastSet::default();
+            for &(parent, edge) in &links {
+                if seen.insert((parent, edge)) {
+                    children.entry(parent).or_default().push(edge);
                 }
             }
             let mut memo = Fast::default();
@@ -1138,12 +1152,12 @@ pub fn storm_potential<'a>(
         .collect()
 }
 
-fn chain_product<'a>(
-    edge: EdgeKey<'a>,
-    children: &Fast<Option<EdgeKey<'a>>, Vec<EdgeKey<'a>>>,
-    factor: &Fast<EdgeKey<'a>, f64>,
-    memo: &mut Fast<EdgeKey<'a>, f64>,
-    on_path: &mut FastSet<EdgeKey<'a>>,
+fn chain_product(
+    edge: u32,
+    children: &Fast<Option<u32>, Vec<u32>>,
+    factor: &[f64],
+    memo: &mut Fast<u32, f64>,
+    on_path: &mut FastSet<u32>,
 ) -> f64 {
     if let Some(v) = memo.get(&edge) {
         return *v;
@@ -1160,7 +1174,7 @@ fn chain_product<'a>(
         })
         .unwrap_or(1.0);
     on_path.remove(&edge);
-    let value = factor.get(&edge).copied().unwrap_or(1.0) * below;
+    let value = factor[edge as usize] * below;
     memo.insert(edge, value);
     value
 }
