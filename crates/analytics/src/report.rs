@@ -12,7 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
-use stormglass_model::hash::KeyedHash;
+// Maps keyed by edge names: the keyed hash instead of SipHash.
+use stormglass_model::hash::{KeyedMap as Fast, KeyedSet as FastSet};
 
 use crate::engine::{AnalysisError, Engine, Partials, Table, into_rows, rows, run, table};
 use crate::table::plain;
@@ -1039,10 +1040,6 @@ fn plain_batches(table: &Table) -> Vec<RecordBatch> {
 
 /// An edge by (caller, callee, operation), borrowed from the report's rows.
 type EdgeKey<'a> = (&'a str, &'a str, &'a str);
-
-/// Maps keyed by edge names, with the lineage's keyed hash (model::hash) instead of SipHash.
-type Fast<K, V> = HashMap<K, V, KeyedHash>;
-type FastSet<K> = HashSet<K, KeyedHash>;
 
 /// Register `storm_potential` (service, operation, storm_potential: one row per entry
 /// operation) in a session holding the report tables, so `stormglass query` reads the

@@ -10,7 +10,13 @@
 //! keyed with a random seed per process and ends with a full avalanche (murmur3's fmix64),
 //! so every bit of a key reaches the bucket bits and colliding keys cannot be precomputed.
 
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
+
+/// A map keyed by what clients send (names, ids), with [`KeyedHash`].
+pub type KeyedMap<K, V> = HashMap<K, V, KeyedHash>;
+/// A set of what clients send, with [`KeyedHash`].
+pub type KeyedSet<K> = HashSet<K, KeyedHash>;
 
 /// Builds [`KeyedHasher`]s sharing one random seed.
 #[derive(Clone, Copy, Debug)]

@@ -12,20 +12,17 @@
 //! threshold; each engine fills them in its own way (Go templates for Prometheus,
 //! [`AlertDefinition::render`] here).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use stormglass_model::hash::KeyedHash;
+use stormglass_model::hash::KeyedMap as Fast;
 
 mod definitions;
 
 pub use crate::report::Alert;
 use crate::report::Report;
 pub use definitions::DEFINITIONS;
-
-/// Maps keyed by names, with the lineage's keyed hash (model::hash) instead of SipHash.
-type Fast<K, V> = HashMap<K, V, KeyedHash>;
 
 /// `alerts.*` thresholds, defaults from docs/alerts.md.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
