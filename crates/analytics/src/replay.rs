@@ -109,6 +109,8 @@ pub struct Replay {
 
 #[derive(Default)]
 struct Sums {
+    /// The policy's attempts for the edge (`i64::MAX` where it does not name it).
+    cap: i64,
     calls: f64,
     attempts: f64,
     capped: f64,
@@ -246,14 +248,18 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
             .edge(key.0, key.1, key.2)
             .map_or(i64::MAX, |p| i64::from(p.max_attempts))
     };
-    // Pass one: each edge as observed, and what the policy keeps of it.
+    // Pass one: each edge as observed, and what the policy keeps of it. The policy is
+    // looked up once per edge, not per call.
     let mut sums: HashMap<Key, Sums> = HashMap::new();
     for c in calls {
         let key = (name(&c.caller), name(&c.callee), name(&c.operation));
-        let cap = cap_of(key);
         let attempts = c.attempts.max(1);
         let ok = c.final_outcome.as_deref() == Some("ok");
-        let s = sums.entry(key).or_default();
+        let s = sums.entry(key).or_insert_with(|| Sums {
+            cap: cap_of(key),
+            ..Sums::default()
+        });
+        let cap = s.cap;
         s.calls += c.weight;
         s.attempts += attempts as f64 * c.weight;
         s.capped += attempts.min(cap) as f64 * c.weight;
@@ -280,7 +286,7 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
                 throttled_lost = Some(late / s.calls);
             }
             let plan = Plan {
-                cap: cap_of(key),
+                cap: s.cap,
                 kept,
                 throttled_lost,
             };

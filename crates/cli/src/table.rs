@@ -52,6 +52,10 @@ fn columns<T>(columns: &[Column<T>], items: &[T]) -> String {
                     Cell::Share(v) => percent(v),
                     Cell::Number(v, decimals) => number(v, decimals),
                     Cell::Count(n) => n.to_string(),
+                    Cell::Counts(counts) => {
+                        let counts: Vec<String> = counts.iter().map(u64::to_string).collect();
+                        counts.join(" / ")
+                    }
                     Cell::Text(text) => text,
                 })
                 .collect()

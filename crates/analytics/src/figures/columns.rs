@@ -12,7 +12,9 @@ pub enum Cell {
     Number(Option<f64>, usize),
     /// A count.
     Count(u64),
-    /// Text as it is (names, and counts shown together as `a / b`).
+    /// Counts shown together, as `a / b / c`.
+    Counts(Vec<u64>),
+    /// Text as it is.
     Text(String),
 }
 
@@ -57,31 +59,27 @@ pub static EDGE_COLUMNS: &[Column<EdgeFigures>] = &[
     }),
     column("no deadline", |e| Cell::Share(e.attempts_without_deadline)),
     column("client-error retries / early", |e| {
-        Cell::Text(format!(
-            "{} / {}",
-            e.non_retryable_retries, e.retry_after_violations
-        ))
+        Cell::Counts(vec![e.non_retryable_retries, e.retry_after_violations])
     }),
     column("out of budget / late", |e| {
-        Cell::Text(format!(
-            "{} / {}",
-            e.out_of_budget_retries, e.retries_after_deadline
-        ))
+        Cell::Counts(vec![e.out_of_budget_retries, e.retries_after_deadline])
     }),
     column("callee p99.9", |e| Cell::Number(e.callee_p999_ms, 0)),
     column("recommended", |e| Cell::Number(e.recommended_timeout_ms, 0)),
     column("cut off", |e| Cell::Share(e.timeout_kill_share)),
     column("unsafe / unstable key / key hits", |e| {
-        Cell::Text(format!(
-            "{} / {} / {}",
-            e.unsafe_retries, e.unstable_key_retries, e.idempotency_hits
-        ))
+        Cell::Counts(vec![
+            e.unsafe_retries,
+            e.unstable_key_retries,
+            e.idempotency_hits,
+        ])
     }),
     column("writes re-run / overlapping / duplicates", |e| {
-        Cell::Text(format!(
-            "{} / {} / {}",
-            e.rerun_writes, e.overlapping_write_retries, e.duplicate_rejections
-        ))
+        Cell::Counts(vec![
+            e.rerun_writes,
+            e.overlapping_write_retries,
+            e.duplicate_rejections,
+        ])
     }),
     column("orphans / work", |e| {
         Cell::Text(format!(
@@ -90,10 +88,11 @@ pub static EDGE_COLUMNS: &[Column<EdgeFigures>] = &[
         ))
     }),
     column("hidden / inferred / hedged", |e| {
-        Cell::Text(format!(
-            "{} / {} / {}",
-            e.hidden_attempts, e.inferred_attempts, e.hedged_attempts
-        ))
+        Cell::Counts(vec![
+            e.hidden_attempts,
+            e.inferred_attempts,
+            e.hedged_attempts,
+        ])
     }),
 ];
 
