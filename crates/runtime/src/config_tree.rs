@@ -18,9 +18,8 @@ pub enum Format {
 /// configuration. The error says what is wrong and where, without the file's name.
 pub fn parse(text: &str, format: Format) -> Result<Value, String> {
     let value: Value = match format {
-        Format::Yaml => {
-            serde_saphyr::from_str(text).map_err(|e| format!("is not valid YAML: {e}"))?
-        }
+        Format::Yaml => serde_saphyr::from_str_with_options(text, yaml_options(text))
+            .map_err(|e| format!("is not valid YAML: {e}"))?,
         Format::Toml => toml::from_str(text).map_err(|e| format!("is not valid TOML: {e}"))?,
     };
     Ok(if value.is_null() {
@@ -28,6 +27,19 @@ pub fn parse(text: &str, format: Format) -> Result<Value, String> {
     } else {
         value
     })
+}
+
+/// The parser's limits for `text`: its node and event counts scale with the text (a node
+/// takes at least two bytes without aliases, whose expansion keeps its own limits), so that
+/// a budget table at width (one entry per edge: 178,000 edges are 650,000 nodes) reads,
+/// while the alias limits still stop an expansion bomb.
+fn yaml_options(text: &str) -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = budget.max_nodes.max(text.len());
+    budget.max_events = budget.max_events.max(text.len().saturating_mul(2));
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
 }
 
 /// Type one section. On an error at some key, record it (with the value found there),
@@ -122,5 +134,30 @@ pub fn scalar(text: &str) -> Value {
         Value::Bool(b)
     } else {
         Value::String(text.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of more nodes than the parser's default budget (a budget table at width)
+    /// reads; an alias expansion bomb is still refused.
+    #[test]
+    fn large_files_read_and_alias_bombs_do_not() {
+        let mut text = String::from("edges:\n");
+        for i in 0..70_000 {
+            text += &format!("- caller: a{i}\n  callee: b{i}\n  timeout: 100ms\n  attempts: 1\n");
+        }
+        let value = parse(&text, Format::Yaml).unwrap();
+        assert_eq!(value["edges"].as_array().map(Vec::len), Some(70_000));
+
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            bomb += &format!("a{i}: &a{i} [{refs}]\n");
+        }
+        let error = parse(&bomb, Format::Yaml).unwrap_err();
+        assert!(error.contains("is not valid YAML"), "{error}");
     }
 }
