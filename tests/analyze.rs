@@ -852,8 +852,9 @@ fn what_if_offline_and_live() {
 
 /// check-budget: the table (300 + 400 + 100 in 800) passes and 500 + 400 in 800
 /// fails; against traffic, a declared timeout under the callee's P99.9 fails saying what it
-/// kills and an undeclared edge warns; a budget emitted from traffic passes against that
-/// traffic; a bad file is every problem at once, exit 2.
+/// kills and an undeclared edge warns (errors listed first, `--limit` counting the rest); a
+/// budget emitted from traffic passes against that traffic; a bad file is every problem at
+/// once, exit 2.
 #[test]
 fn check_budget_on_its_own_against_traffic_and_emitted() {
     let d = dir("budget");
@@ -923,6 +924,22 @@ order = [\"inventory\", \"payment\"]
     assert!(
         stdout
             .contains("warning undeclared_edge: basket -> tax is in the traffic but not declared"),
+        "{stdout}"
+    );
+    // Cut to one, the error comes first and the rest are counted.
+    let (code, stdout, _) = common::stormglass_exit(&[
+        "check-budget",
+        path(&tight),
+        "--against",
+        path(&traffic),
+        "--limit",
+        "1",
+    ]);
+    assert_eq!(code, Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("error timeout_below_tail"), "{stdout}");
+    assert!(
+        lines[1].starts_with("... and ") && lines[1].contains("more violation(s)"),
         "{stdout}"
     );
 
@@ -1107,6 +1124,77 @@ fn advice_at_width_lists_the_worst_and_configures_all() {
         "{}",
         &budget[..300.min(budget.len())]
     );
+}
+
+/// Replay and what-if at width: each lists the worst 200 edges (and layers) by default,
+/// saying how many there are and in which order, with totals over every edge; `--all`
+/// lists every edge, `--caller` those of one caller; an unknown `--fail` names a few
+/// services and counts the rest instead of listing all 400.
+#[test]
+fn replay_and_whatif_at_width_list_the_worst_with_totals() {
+    let (_, mesh, file) = wide_mesh_file("wide-replay");
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.push(path(&file));
+        let (ok, out, stderr) = stormglass(&all);
+        assert!(ok, "{args:?}: {stderr}");
+        out
+    };
+    let policy = dir("wide-replay").join("policy.json");
+    std::fs::write(&policy, run(&["advise", "--format", "json"])).unwrap();
+    let replay = |args: &[&str]| -> Value {
+        let mut all = vec!["replay", "--format", "json", "--policy", path(&policy)];
+        all.extend_from_slice(args);
+        serde_json::from_str(&run(&all)).unwrap()
+    };
+    let shown = replay(&[]);
+    let everything = replay(&["--all"]);
+    assert_eq!(shown["edges"].as_array().unwrap().len(), 200);
+    assert_eq!(shown["listing"]["edges"], mesh.edges.len() as u64);
+    assert_eq!(shown["listing"]["truncated"], true);
+    assert!(
+        shown["listing"]["order"]
+            .as_str()
+            .unwrap()
+            .contains("successes lost")
+    );
+    let all_edges = everything["edges"].as_array().unwrap();
+    assert_eq!(all_edges.len(), mesh.edges.len());
+    assert_eq!(everything["listing"]["truncated"], false);
+    // The totals are every edge's, listed or not.
+    assert_eq!(shown["totals"], everything["totals"]);
+    let calls: f64 = all_edges.iter().map(|e| e["calls"].as_f64().unwrap()).sum();
+    let total = shown["totals"]["calls"].as_f64().unwrap();
+    assert!(
+        (calls - total).abs() < 1e-6 * calls.max(1.0),
+        "{calls} vs {total}"
+    );
+    let one = replay(&["--caller", "svc-0007"]);
+    let made = mesh.edges.iter().filter(|(a, _)| a == "svc-0007").count();
+    assert_eq!(one["edges"].as_array().unwrap().len(), made);
+    assert_eq!(one["listing"]["truncated"], false);
+    let text = run(&["replay", "--policy", path(&policy)]);
+    assert!(
+        text.contains("The worst 200 of"),
+        "{}",
+        &text[..300.min(text.len())]
+    );
+
+    let whatif: Value = serde_json::from_str(&run(&[
+        "whatif",
+        "--format",
+        "json",
+        "--fail",
+        "svc-0001=0.5",
+    ]))
+    .unwrap();
+    assert_eq!(whatif["edges"].as_array().unwrap().len(), 200);
+    assert_eq!(whatif["layers"].as_array().unwrap().len(), 200);
+    assert_eq!(whatif["listing"]["layers"], 400);
+    assert_eq!(whatif["listing"]["edges"], mesh.edges.len() as u64);
+    let (ok, _, stderr) = stormglass(&["whatif", "--fail", "nowhere=1", path(&file)]);
+    assert!(!ok);
+    assert!(stderr.contains("and 380 more"), "{stderr}");
 }
 
 /// The built-in page at width: over a live window of the 400-service mesh it asks for the

@@ -31,6 +31,7 @@ use datafusion::prelude::SessionContext;
 use crate::advice::Policy;
 use crate::engine::AnalysisError;
 use crate::queries;
+use crate::report::{Listing, Selection};
 use crate::table::{rows, run};
 
 /// One observed logical call, as `logical_calls` holds it.
@@ -77,6 +78,20 @@ pub struct EdgeReplay {
     pub operation: String,
     /// The policy's attempts for the edge; null where the policy does not name it.
     pub max_attempts: Option<u32>,
+    #[serde(flatten)]
+    pub counts: ReplayCounts,
+    pub success_rate: Option<f64>,
+    pub success_rate_replayed: Option<f64>,
+    /// Attempts saved, as a share of the attempts observed.
+    pub load_saved: Option<f64>,
+    /// Retries made and replayed (attempts past each call's first).
+    pub retries: f64,
+    pub retries_replayed: f64,
+}
+
+/// What a replay sums, per edge and over all of them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReplayCounts {
     pub calls: f64,
     pub attempts: f64,
     /// Calls still made: those made for an attempt dropped upstream are not.
@@ -90,13 +105,19 @@ pub struct EdgeReplay {
     pub retries_dropped_by_budget: f64,
     /// Calls that succeeded as observed and would fail under the policy.
     pub successes_lost: f64,
-    pub success_rate: Option<f64>,
-    pub success_rate_replayed: Option<f64>,
-    /// Attempts saved, as a share of the attempts observed.
-    pub load_saved: Option<f64>,
-    /// Retries made and replayed (attempts past each call's first).
-    pub retries: f64,
-    pub retries_replayed: f64,
+}
+
+impl std::ops::AddAssign<&ReplayCounts> for ReplayCounts {
+    fn add_assign(&mut self, o: &ReplayCounts) {
+        self.calls += o.calls;
+        self.attempts += o.attempts;
+        self.calls_replayed += o.calls_replayed;
+        self.attempts_replayed += o.attempts_replayed;
+        self.retries_dropped += o.retries_dropped;
+        self.attempts_not_called += o.attempts_not_called;
+        self.retries_dropped_by_budget += o.retries_dropped_by_budget;
+        self.successes_lost += o.successes_lost;
+    }
 }
 
 /// The replay of a set of calls.
@@ -104,7 +125,64 @@ pub struct EdgeReplay {
 pub struct Replay {
     /// The calls' span of time, the budget's window.
     pub seconds: f64,
+    /// Every edge, by name (or those [`Replay::listed`]).
     pub edges: Vec<EdgeReplay>,
+    /// The sums over every edge replayed, listed or not.
+    pub totals: ReplayTotals,
+    /// How many edges there are and how many are listed.
+    pub listing: Listing,
+}
+
+/// The sums of a replay's edges.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReplayTotals {
+    #[serde(flatten)]
+    pub counts: ReplayCounts,
+    /// Attempts saved, as a share of the attempts observed.
+    pub load_saved: Option<f64>,
+}
+
+/// The order [`Replay::listed`] keeps the worst in.
+pub const REPLAY_ORDER: &str = "edges by successes lost, then attempts saved";
+
+impl Replay {
+    /// The edges `selection` selects, at most its limit, the worst first
+    /// ([`REPLAY_ORDER`]), each in its place; the totals stay those of every edge.
+    pub fn listed(mut self, selection: &Selection) -> Replay {
+        let saved = |e: &EdgeReplay| e.counts.attempts - e.counts.attempts_replayed;
+        let selected = selection.keep_edges(
+            &mut self.edges,
+            |e| (&e.caller, &e.callee),
+            |a, b| {
+                (b.counts.successes_lost.total_cmp(&a.counts.successes_lost))
+                    .then(saved(b).total_cmp(&saved(a)))
+            },
+        );
+        self.listing = listing(selected, self.edges.len());
+        self
+    }
+}
+
+fn listing(selected: usize, listed: usize) -> Listing {
+    Listing {
+        order: REPLAY_ORDER.to_owned(),
+        edges: selected as u64,
+        edges_listed: listed as u64,
+        layers: 0,
+        layers_listed: 0,
+        truncated: listed < selected,
+    }
+}
+
+fn totals(edges: &[EdgeReplay]) -> ReplayTotals {
+    let mut counts = ReplayCounts::default();
+    for e in edges {
+        counts += &e.counts;
+    }
+    ReplayTotals {
+        load_saved: ratio(counts.attempts - counts.attempts_replayed, counts.attempts),
+        counts,
+    }
 }
 
 #[derive(Default)]
@@ -338,14 +416,16 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
                 callee: callee.to_owned(),
                 operation: operation.to_owned(),
                 max_attempts: p.map(|p| p.max_attempts),
-                calls: s.calls,
-                attempts: s.attempts,
-                calls_replayed: c.calls,
-                attempts_replayed: replayed,
-                retries_dropped: c.dropped,
-                attempts_not_called: c.not_called,
-                retries_dropped_by_budget: c.by_budget,
-                successes_lost: c.lost,
+                counts: ReplayCounts {
+                    calls: s.calls,
+                    attempts: s.attempts,
+                    calls_replayed: c.calls,
+                    attempts_replayed: replayed,
+                    retries_dropped: c.dropped,
+                    attempts_not_called: c.not_called,
+                    retries_dropped_by_budget: c.by_budget,
+                    successes_lost: c.lost,
+                },
                 success_rate: ratio(s.successes, s.calls),
                 success_rate_replayed: ratio(c.successes - c.lost, c.calls),
                 load_saved: ratio(s.attempts - replayed, s.attempts),
@@ -357,7 +437,12 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     edges.sort_by(|a, b| {
         (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
     });
-    Replay { seconds, edges }
+    Replay {
+        seconds,
+        totals: totals(&edges),
+        listing: listing(edges.len(), edges.len()),
+        edges,
+    }
 }
 
 /// Pass two's sums of an edge, each call weighted by the share of it still made.
@@ -456,7 +541,7 @@ mod tests {
         let r = replay(&calls, &attempts, &policy);
         let e = &r.edges[0];
         assert_eq!((e.retries, e.retries_replayed), (8.0, 4.0), "{e:?}");
-        assert_eq!(e.successes_lost, 0.0);
+        assert_eq!(e.counts.successes_lost, 0.0);
         // Half the tokens: the bucket is at its threshold after the first failure.
         let tight = Policy::parse(
             r#"{"edges": [{"caller": "shop", "callee": "stock", "max_attempts": 3,
@@ -520,20 +605,33 @@ mod tests {
         let r = capped(1);
         let (api, db) = (&r.edges[1], &r.edges[0]);
         assert_eq!((api.callee.as_str(), db.callee.as_str()), ("api", "db"));
-        assert_eq!((api.attempts, api.attempts_replayed), (3.0, 1.0));
-        assert_eq!(api.successes_lost, 1.0, "its success came on the third");
-        assert_eq!((db.calls, db.calls_replayed), (3.0, 1.0), "{db:?}");
-        assert_eq!((db.attempts_not_called, db.retries_dropped), (2.0, 0.0));
-        assert_eq!(db.attempts_replayed, 1.0);
-        assert_eq!(db.successes_lost, 0.0);
+        assert_eq!(
+            (api.counts.attempts, api.counts.attempts_replayed),
+            (3.0, 1.0)
+        );
+        assert_eq!(
+            api.counts.successes_lost, 1.0,
+            "its success came on the third"
+        );
+        assert_eq!(
+            (db.counts.calls, db.counts.calls_replayed),
+            (3.0, 1.0),
+            "{db:?}"
+        );
+        assert_eq!(
+            (db.counts.attempts_not_called, db.counts.retries_dropped),
+            (2.0, 0.0)
+        );
+        assert_eq!(db.counts.attempts_replayed, 1.0);
+        assert_eq!(db.counts.successes_lost, 0.0);
         assert!((db.load_saved.unwrap() - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(db.success_rate_replayed, Some(0.0), "the one made failed");
         let r = capped(2);
-        assert_eq!(r.edges[0].calls_replayed, 2.0);
+        assert_eq!(r.edges[0].counts.calls_replayed, 2.0);
         // Not named by the policy, nothing upstream dropped: replayed as observed.
         let r = replay(&calls, &[], &Policy::parse(r#"{"edges": []}"#).unwrap());
-        assert_eq!(r.edges[0].calls_replayed, 3.0);
-        assert_eq!(r.edges[0].attempts_not_called, 0.0);
+        assert_eq!(r.edges[0].counts.calls_replayed, 3.0);
+        assert_eq!(r.edges[0].counts.attempts_not_called, 0.0);
     }
 
     fn policy(max_attempts: u32, ratio: Option<f64>) -> Policy {
@@ -559,22 +657,26 @@ mod tests {
         let r = replay(&calls, &[], &policy(2, None));
         let e = &r.edges[0];
         assert_eq!(
-            (e.calls, e.attempts, e.attempts_replayed),
+            (
+                e.counts.calls,
+                e.counts.attempts,
+                e.counts.attempts_replayed
+            ),
             (10.0, 18.0, 14.0)
         );
-        assert_eq!(e.retries_dropped, 4.0);
-        assert_eq!(e.successes_lost, 1.0);
+        assert_eq!(e.counts.retries_dropped, 4.0);
+        assert_eq!(e.counts.successes_lost, 1.0);
         let r = replay(&calls, &[], &policy(2, Some(0.1)));
         let e = &r.edges[0];
-        assert_eq!(e.retries_dropped_by_budget, 3.0);
-        assert_eq!(e.attempts_replayed, 11.0);
-        assert!((e.successes_lost - (1.0 + 2.0 * 0.75)).abs() < 1e-12);
+        assert_eq!(e.counts.retries_dropped_by_budget, 3.0);
+        assert_eq!(e.counts.attempts_replayed, 11.0);
+        assert!((e.counts.successes_lost - (1.0 + 2.0 * 0.75)).abs() < 1e-12);
         assert_eq!(e.success_rate, Some(0.9));
         assert!((e.success_rate_replayed.unwrap() - 0.65).abs() < 1e-12);
         assert_eq!((e.retries, e.retries_replayed), (8.0, 1.0));
         // An edge the policy does not name is replayed as observed.
         let r = replay(&calls, &[], &Policy::default());
-        assert_eq!(r.edges[0].retries_dropped, 0.0);
+        assert_eq!(r.edges[0].counts.retries_dropped, 0.0);
         assert_eq!(r.edges[0].max_attempts, None);
     }
 }

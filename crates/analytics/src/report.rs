@@ -515,13 +515,67 @@ impl Selection {
             && self.callee.as_ref().is_none_or(|c| callee == c)
     }
 
-    fn edge(&self, e: &EdgeFigures) -> bool {
-        self.names(&e.caller, &e.callee)
-    }
-
     fn filtered(&self) -> bool {
         self.service.is_some() || self.caller.is_some() || self.callee.is_some()
     }
+
+    /// Keep the edges of `items` this selection selects (`names` gives an item's caller and
+    /// callee), at most its limit of them, the worst first by `worse` (`Less` for the worse
+    /// of two), each kept in its place: returns how many it selected before the limit.
+    pub fn keep_edges<T>(
+        &self,
+        items: &mut Vec<T>,
+        names: impl Fn(&T) -> (&str, &str),
+        worse: impl Fn(&T, &T) -> std::cmp::Ordering,
+    ) -> usize {
+        items.retain(|item| {
+            let (caller, callee) = names(item);
+            self.names(caller, callee)
+        });
+        let selected = items.len();
+        keep_worst(items, self.limit, worse);
+        selected
+    }
+
+    /// The services of the edges of `items` this selection selects (and the selected
+    /// service), for the layers listed beside them; `None` when nothing is filtered (every
+    /// layer).
+    pub fn services<T>(
+        &self,
+        items: &[T],
+        names: impl Fn(&T) -> (&str, &str),
+    ) -> Option<HashSet<String>> {
+        self.filtered().then(|| {
+            items
+                .iter()
+                .map(&names)
+                .filter(|&(caller, callee)| self.names(caller, callee))
+                .flat_map(|(caller, callee)| [caller, callee])
+                .chain(self.service.as_deref())
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+}
+
+/// Keep at most `limit` of `items`, the worst first by `worse`, each in its place.
+pub fn keep_worst<T>(
+    items: &mut Vec<T>,
+    limit: Option<usize>,
+    worse: impl Fn(&T, &T) -> std::cmp::Ordering,
+) {
+    let limit = limit.unwrap_or(usize::MAX);
+    if items.len() <= limit {
+        return;
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| worse(&items[a], &items[b]).then(a.cmp(&b)));
+    let mut kept = vec![false; items.len()];
+    for &i in &order[..limit] {
+        kept[i] = true;
+    }
+    let mut kept = kept.into_iter();
+    items.retain(|_| kept.next().unwrap_or(false));
 }
 
 /// An edge's impact: its failed attempts plus its retries, then its attempts.
@@ -538,26 +592,15 @@ impl Report {
     /// first ([`IMPACT_ORDER`]) up to the limit, with `listing` saying what was left out.
     /// Window figures, entries, traces and alerts stay whole.
     pub fn select(&self, selection: &Selection) -> Report {
-        let mut edges: Vec<&EdgeFigures> =
-            self.edges.iter().filter(|e| selection.edge(e)).collect();
-        let edge_total = edges.len();
+        let mut edges: Vec<&EdgeFigures> = self.edges.iter().collect();
         // Around a service, its own layer; around a caller or callee, the layers the
         // selected calls reach (all of them, before the limit).
-        let services: Option<HashSet<&str>> = selection.filtered().then(|| {
-            edges
-                .iter()
-                .flat_map(|e| [e.caller.as_str(), e.callee.as_str()])
-                .chain(selection.service.as_deref())
-                .collect()
-        });
-        let limit = selection.limit.unwrap_or(usize::MAX);
-        if edges.len() > limit {
-            edges.sort_by_key(|e| std::cmp::Reverse(edge_impact(e)));
-            edges.truncate(limit);
-            edges.sort_by(|a, b| {
-                (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
-            });
-        }
+        let services = selection.services(&edges, |e| (&e.caller, &e.callee));
+        let edge_total = selection.keep_edges(
+            &mut edges,
+            |e| (&e.caller, &e.callee),
+            |a, b| edge_impact(b).cmp(&edge_impact(a)),
+        );
         let listed: HashSet<(&str, &str, &str)> = edges
             .iter()
             .map(|e| (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()))
@@ -565,20 +608,14 @@ impl Report {
         let mut layers: Vec<&LayerFigures> = self
             .layers
             .iter()
-            .filter(|l| {
-                services
-                    .as_ref()
-                    .is_none_or(|s| s.contains(l.service.as_str()))
-            })
+            .filter(|l| services.as_ref().is_none_or(|s| s.contains(&l.service)))
             .collect();
         let layer_total = layers.len();
-        if layers.len() > limit {
-            layers.sort_by_key(|l| {
-                std::cmp::Reverse((l.requests.saturating_sub(l.baseline_attempts), l.requests))
-            });
-            layers.truncate(limit);
-            layers.sort_by(|a, b| a.service.cmp(&b.service));
-        }
+        let excess =
+            |l: &LayerFigures| (l.requests.saturating_sub(l.baseline_attempts), l.requests);
+        keep_worst(&mut layers, selection.limit, |a, b| {
+            excess(b).cmp(&excess(a))
+        });
         let keep = |caller: &str, callee: &str| selection.names(caller, callee);
         let listing = Listing {
             order: IMPACT_ORDER.to_owned(),
@@ -1178,7 +1215,31 @@ fn chain_product(
 
 #[cfg(test)]
 mod tests {
-    use super::FINDING_KINDS;
+    use super::{FINDING_KINDS, Selection, keep_worst};
+
+    /// The worst are kept in their places, ties to the first; a selection filters by
+    /// caller and callee before its limit and counts what it selected.
+    #[test]
+    fn the_worst_are_kept_in_place() {
+        let mut items = vec![3, 9, 1, 9, 4, 7];
+        keep_worst(&mut items, Some(3), |a, b| b.cmp(a));
+        assert_eq!(items, [9, 9, 7]);
+        let mut items = vec![3, 9, 1];
+        keep_worst(&mut items, None, |a, b| b.cmp(a));
+        assert_eq!(items, [3, 9, 1]);
+
+        let mut edges = vec![("a", "b", 5), ("a", "c", 1), ("b", "c", 9), ("a", "d", 3)];
+        let selection = Selection {
+            limit: Some(2),
+            caller: Some("a".into()),
+            ..Selection::default()
+        };
+        let services = selection.services(&edges, |e| (e.0, e.1)).unwrap();
+        assert_eq!(services.len(), 4, "{services:?}");
+        let selected = selection.keep_edges(&mut edges, |e| (e.0, e.1), |x, y| y.2.cmp(&x.2));
+        assert_eq!(selected, 3);
+        assert_eq!(edges, [("a", "b", 5), ("a", "d", 3)]);
+    }
 
     fn sql(name: &str) -> &'static str {
         crate::queries::DERIVED

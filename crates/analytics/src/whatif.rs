@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::advice::Policy;
-use crate::report::{EdgeFigures, Report};
+use crate::report::{EdgeFigures, Listing, Report, Selection};
 
 /// One layer's expected load if the failures happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -60,11 +60,54 @@ pub struct EdgeWhatIf {
     pub attempts_per_call: f64,
 }
 
-/// The what-if of a report: every layer and edge, by name.
+/// The what-if of a report: every layer and edge, by name (or those [`WhatIf::listed`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct WhatIf {
     pub layers: Vec<LayerWhatIf>,
     pub edges: Vec<EdgeWhatIf>,
+    /// How many layers and edges there are and how many are listed.
+    pub listing: Listing,
+}
+
+/// The order [`WhatIf::listed`] keeps the worst in.
+pub const WHATIF_ORDER: &str = "layers by amplification, then requests per second; \
+    edges by attempts per call, then the callee's failure probability";
+
+impl WhatIf {
+    /// The layers and edges `selection` selects, at most its limit of each, the worst first
+    /// ([`WHATIF_ORDER`]), each in its place; `listing` counts them.
+    pub fn listed(mut self, selection: &Selection) -> WhatIf {
+        let services = selection.services(&self.edges, |e| (&e.caller, &e.callee));
+        let edges_selected = selection.keep_edges(
+            &mut self.edges,
+            |e| (&e.caller, &e.callee),
+            |a, b| {
+                (b.attempts_per_call.total_cmp(&a.attempts_per_call)).then(
+                    b.callee_failure_probability
+                        .total_cmp(&a.callee_failure_probability),
+                )
+            },
+        );
+        if let Some(services) = services {
+            self.layers.retain(|l| services.contains(&l.service));
+        }
+        let layers_selected = self.layers.len();
+        crate::report::keep_worst(&mut self.layers, selection.limit, |a, b| {
+            (b.amplification.total_cmp(&a.amplification)).then(
+                (b.requests_per_second.unwrap_or(0.0))
+                    .total_cmp(&a.requests_per_second.unwrap_or(0.0)),
+            )
+        });
+        self.listing = Listing {
+            order: WHATIF_ORDER.to_owned(),
+            edges: edges_selected as u64,
+            edges_listed: self.edges.len() as u64,
+            layers: layers_selected as u64,
+            layers_listed: self.layers.len() as u64,
+            truncated: self.edges.len() < edges_selected || self.layers.len() < layers_selected,
+        };
+        self
+    }
 }
 
 /// Parse `SERVICE=P` (or `SERVICE:P`): a service and a probability in [0, 1].
@@ -221,7 +264,7 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
     }
     let mut amplification: HashMap<&str, f64> = HashMap::new();
     let seconds = report.window.seconds.filter(|s| *s > 0.0);
-    let layers = report
+    let layers: Vec<LayerWhatIf> = report
         .layers
         .iter()
         .map(|l| {
@@ -245,7 +288,19 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
             }
         })
         .collect();
-    WhatIf { layers, edges }
+    let listing = Listing {
+        order: WHATIF_ORDER.to_owned(),
+        edges: edges.len() as u64,
+        edges_listed: edges.len() as u64,
+        layers: layers.len() as u64,
+        layers_listed: layers.len() as u64,
+        truncated: false,
+    };
+    WhatIf {
+        layers,
+        edges,
+        listing,
+    }
 }
 
 /// `q(service)`, memoised; a service met again on the path (a cycle) adds nothing.

@@ -177,14 +177,14 @@ async fn report(
     State(state): State<ApiState>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
-    match selection(query.as_deref().unwrap_or_default()) {
+    match selection(query.as_deref().unwrap_or_default(), &[]) {
         Ok(selection) => json(&state.analysis.report().select(&selection)),
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
 }
 
-/// The report selection a query string asks for.
-fn selection(query: &str) -> Result<Selection, String> {
+/// The report selection a query string asks for; `also` names the endpoint's own keys.
+fn selection(query: &str, also: &[&str]) -> Result<Selection, String> {
     let mut selection = Selection {
         limit: Some(DEFAULT_LIMIT),
         ..Selection::default()
@@ -206,9 +206,12 @@ fn selection(query: &str) -> Result<Selection, String> {
             "service" => selection.service = Some(value),
             "caller" => selection.caller = Some(value),
             "callee" => selection.callee = Some(value),
+            other if also.contains(&other) => {}
             other => {
+                let own: String = also.iter().map(|key| format!("{key}, ")).collect();
                 return Err(format!(
-                    "{other}: unknown parameter; expected limit, service, caller, callee or all"
+                    "{other}: unknown parameter; expected {own}limit, service, caller, callee \
+                     or all"
                 ));
             }
         }
@@ -226,7 +229,7 @@ async fn advice(
     State(state): State<ApiState>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
-    match selection(query.as_deref().unwrap_or_default()) {
+    match selection(query.as_deref().unwrap_or_default(), &[]) {
         Ok(selection) => {
             let report = state.analysis.report();
             json(&state.advice_of(&report).listed(&report.select(&selection)))
@@ -235,19 +238,24 @@ async fn advice(
     }
 }
 
-/// `/api/v1/whatif?fail=SERVICE:P[&fail=...]`: the what-if over the latest window's report
-/// (400 with what is expected for a missing or malformed `fail`, or a service the window
-/// has not seen).
+/// `/api/v1/whatif?fail=SERVICE:P[&fail=...][&limit=N][&service=S][&caller=S][&callee=S]
+/// [&all=true]`: the what-if over the latest window's report, the worst layers and edges
+/// under the failures listed as `/api/v1/report` lists (400 with what is expected for a
+/// missing or malformed `fail`, or a service the window has not seen).
 async fn whatif(
     State(state): State<ApiState>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
     let bad = |message: String| (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
-    let failures: Result<Vec<(String, f64)>, String> =
-        form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-            .filter(|(key, _)| key == "fail")
-            .map(|(_, value)| stormglass_analytics::whatif::parse_failure(&value))
-            .collect();
+    let query = query.unwrap_or_default();
+    let selection = match selection(&query, &["fail"]) {
+        Ok(selection) => selection,
+        Err(e) => return bad(e),
+    };
+    let failures: Result<Vec<(String, f64)>, String> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, _)| key == "fail")
+        .map(|(_, value)| stormglass_analytics::whatif::parse_failure(&value))
+        .collect();
     let failures = match failures {
         Ok(f) if !f.is_empty() => f,
         Ok(_) => return bad("expected ?fail=SERVICE:P, e.g. ?fail=db:1 (repeatable)".into()),
@@ -257,9 +265,7 @@ async fn whatif(
     if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, &failures) {
         return bad(format!("fail={unknown}: no such service in the window"));
     }
-    json(&stormglass_analytics::whatif::what_if(
-        &report, &failures, None,
-    ))
+    json(&stormglass_analytics::whatif::what_if(&report, &failures, None).listed(&selection))
 }
 
 async fn alerts(State(state): State<ApiState>) -> Response {
@@ -332,20 +338,24 @@ async fn ready(State(state): State<ApiState>) -> Response {
 mod tests {
     use super::*;
 
-    /// The report's query parameters: the default limit, filters, `all`, and a 400's text.
+    /// The report's query parameters: the default limit, filters, `all`, an endpoint's own
+    /// keys, and a 400's text.
     #[test]
     fn report_parameters_select() {
-        assert_eq!(selection("").unwrap().limit, Some(DEFAULT_LIMIT));
-        let around = selection("service=db&limit=5").unwrap();
+        assert_eq!(selection("", &[]).unwrap().limit, Some(DEFAULT_LIMIT));
+        let around = selection("service=db&limit=5", &[]).unwrap();
         assert_eq!(around.service.as_deref(), Some("db"));
         assert_eq!(around.limit, Some(5));
-        assert_eq!(selection("all=true&caller=web").unwrap().limit, None);
-        assert!(selection("limit=0").unwrap_err().contains("above 0"));
+        assert_eq!(selection("all=true&caller=web", &[]).unwrap().limit, None);
+        assert!(selection("limit=0", &[]).unwrap_err().contains("above 0"));
         assert!(
-            selection("edges=1")
+            selection("edges=1", &[])
                 .unwrap_err()
                 .contains("unknown parameter")
         );
+        let whatif = selection("fail=db:1&limit=3", &["fail"]).unwrap();
+        assert_eq!(whatif.limit, Some(3));
+        assert!(selection("fail=db:1", &[]).is_err());
     }
 
     /// The trace link template is written into the page as a JavaScript string: no

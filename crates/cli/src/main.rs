@@ -124,6 +124,10 @@ enum Command {
         policy: PathBuf,
         #[command(flatten)]
         input: SpanFiles,
+        /// Which edges to list (the totals cover every edge): by default those where the
+        /// policy costs the most successes, then saves the most attempts.
+        #[command(flatten)]
+        listing: Listing,
     },
     /// What if a service failed: each layer's expected amplification and request rate if
     /// every request to SERVICE failed with probability P, from the retry policies observed
@@ -138,6 +142,10 @@ enum Command {
         policy: Option<PathBuf>,
         #[command(flatten)]
         input: SpanFiles,
+        /// Which layers and edges to list: by default the most amplified layers and the
+        /// edges with the most attempts per call.
+        #[command(flatten)]
+        listing: Listing,
     },
     /// Check a declared budget table (each edge's timeout, attempts, backoff; which calls a
     /// service makes one after another): worst cases past the caller's budget (inversion)
@@ -158,6 +166,12 @@ enum Command {
         /// Configuration file (advice.timeout_factor and the conventions).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// How many violations to print, errors first (the summary counts them all).
+        #[arg(long, default_value_t = stormglass_analytics::report::DEFAULT_LIMIT)]
+        limit: usize,
+        /// Print every violation.
+        #[arg(long)]
+        all: bool,
     },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
     /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
@@ -315,8 +329,8 @@ struct LoadArgs {
 #[error("{0}")]
 pub(crate) struct CheckFailed(pub String);
 
-/// What `analyze` and `advise` list: the worst edges and layers, or everything, around a
-/// service.
+/// What `analyze`, `advise`, `whatif` and `replay` list: the worst edges and layers, or
+/// everything, around a service.
 #[derive(clap::Args)]
 struct Listing {
     /// List everything: every edge and layer (by default the worst 200: `--limit`),
@@ -409,13 +423,19 @@ fn main() -> ExitCode {
         } => offline(config, |config| async move {
             offline::advise(&config, &files, format, listing.selection()).await
         }),
-        Command::Replay { policy, input } => offline(input.config, |config| async move {
-            offline::replay(&config, &input.files, &policy, input.format).await
+        Command::Replay {
+            policy,
+            input,
+            listing,
+        } => offline(input.config, |config| async move {
+            let selection = listing.selection();
+            offline::replay(&config, &input.files, &policy, input.format, &selection).await
         }),
         Command::Whatif {
             fail,
             policy,
             input,
+            listing,
         } => offline(input.config, |config| async move {
             offline::whatif(
                 &config,
@@ -423,6 +443,7 @@ fn main() -> ExitCode {
                 &fail,
                 policy.as_deref(),
                 input.format,
+                &listing.selection(),
             )
             .await
         }),
@@ -431,9 +452,12 @@ fn main() -> ExitCode {
             against,
             emit,
             config,
+            limit,
+            all,
         } => offline(config, |config| async move {
+            let limit = (!all).then_some(limit.max(1));
             match file {
-                Some(file) => offline::check_budget(&config, &file, &against).await,
+                Some(file) => offline::check_budget(&config, &file, &against, limit).await,
                 None => offline::emit_budget(&config, &emit).await,
             }
         }),

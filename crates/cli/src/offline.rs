@@ -115,13 +115,15 @@ pub async fn replay(
     paths: &[PathBuf],
     policy: &Path,
     format: Format,
+    selection: &Selection,
 ) -> anyhow::Result<()> {
     let policy = read_policy(policy)?;
     let ctx = traffic(config, paths).await?;
     let (calls, attempts) = stormglass_analytics::replay::traffic(&ctx, &policy)
         .await
         .context("reading the traffic")?;
-    let replayed = stormglass_analytics::replay::replay(&calls, &attempts, &policy);
+    let replayed =
+        stormglass_analytics::replay::replay(&calls, &attempts, &policy).listed(selection);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&replayed)?),
         Format::Table => print!("{}", table::replay(&replayed)),
@@ -179,17 +181,25 @@ pub async fn whatif(
     failures: &[(String, f64)],
     policy: Option<&Path>,
     format: Format,
+    selection: &Selection,
 ) -> anyhow::Result<()> {
     let policy = policy.map(read_policy).transpose()?;
     let report = report(config, paths).await?;
     if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, failures) {
+        // The first few by name: a fleet's thousands would bury the answer.
+        const NAMED: usize = 20;
         let services: Vec<&str> = report.layers.iter().map(|l| l.service.as_str()).collect();
+        let more = match services.len().saturating_sub(NAMED) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
         bail!(
-            "--fail {unknown}: no such service in the traces; they have {}",
-            services.join(", ")
+            "--fail {unknown}: no such service in the traces; they have {}{more}",
+            services[..services.len().min(NAMED)].join(", ")
         );
     }
-    let answer = stormglass_analytics::whatif::what_if(&report, failures, policy.as_ref());
+    let answer =
+        stormglass_analytics::whatif::what_if(&report, failures, policy.as_ref()).listed(selection);
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
         Format::Table => print!("{}", table::whatif(&answer)),
@@ -197,9 +207,14 @@ pub async fn whatif(
     Ok(())
 }
 
-/// `stormglass check-budget FILE [--against FILE...]`: every violation with its numbers;
-/// an error-level one fails.
-pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> anyhow::Result<()> {
+/// `stormglass check-budget FILE [--against FILE...]`: the violations with their numbers,
+/// errors first, at most `limit` of them; an error-level one fails.
+pub async fn check_budget(
+    config: &Config,
+    file: &Path,
+    against: &[PathBuf],
+    limit: Option<usize>,
+) -> anyhow::Result<()> {
     let declared = budget::read(file).map_err(anyhow::Error::msg)?;
     let mut found = budget_table::check(&declared);
     if !against.is_empty() {
@@ -213,13 +228,21 @@ pub async fn check_budget(config: &Config, file: &Path, against: &[PathBuf]) -> 
             config.advice.timeout_factor,
         ));
     }
-    for v in &found {
-        println!("{v}");
-    }
+    found.sort_by_key(|v| v.level != budget_table::Level::Error);
     let errors = found
         .iter()
         .filter(|v| v.level == budget_table::Level::Error)
         .count();
+    let shown = found.len().min(limit.unwrap_or(usize::MAX));
+    for v in &found[..shown] {
+        println!("{v}");
+    }
+    if shown < found.len() {
+        println!(
+            "... and {} more violation(s) (--limit N or --all lists them)",
+            found.len() - shown
+        );
+    }
     println!(
         "{} edge(s) declared: {errors} error(s), {} warning(s)",
         declared.edges.len(),

@@ -70,10 +70,16 @@ pub const LISTED_ORPHANS: usize = 20;
 /// The line saying a list was cut to its worst entries, and how to see the rest.
 fn listed(listing: Option<&stormglass_analytics::report::Listing>) -> String {
     match listing {
-        Some(l) if l.truncated => format!(
-            "The worst {} of {} edges and {} of {} layers ({}); --limit N or --all for more.\n\n",
-            l.edges_listed, l.edges, l.layers_listed, l.layers, l.order
-        ),
+        Some(l) if l.truncated => {
+            let layers = match l.layers {
+                0 => String::new(),
+                n => format!(" and {} of {n} layers", l.layers_listed),
+            };
+            format!(
+                "The worst {} of {} edges{layers} ({}); --limit N or --all for more.\n\n",
+                l.edges_listed, l.edges, l.order
+            )
+        }
         _ => String::new(),
     }
 }
@@ -280,7 +286,21 @@ pub fn advice(a: &stormglass_analytics::advice::Advice) -> String {
 
 /// `stormglass replay`: per edge what the policy would have changed.
 pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
-    let mut out = format!("Edges replayed over {:.1} s\n", r.seconds);
+    let t = &r.totals;
+    let mut out = format!(
+        "Replayed over {:.1} s: {:.0} -> {:.0} calls, {:.0} -> {:.0} attempts ({}% load \
+         saved), {:.1} retries dropped ({:.1} by budgets), {:.1} successes lost\n\n",
+        r.seconds,
+        t.counts.calls,
+        t.counts.calls_replayed,
+        t.counts.attempts,
+        t.counts.attempts_replayed,
+        number(t.load_saved.map(|s| s * 100.0), 1),
+        t.counts.retries_dropped,
+        t.counts.retries_dropped_by_budget,
+        t.counts.successes_lost,
+    );
+    out += &listed(Some(&r.listing));
     let rows: Vec<Vec<String>> = r
         .edges
         .iter()
@@ -290,11 +310,14 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
                 e.operation.clone(),
                 e.max_attempts
                     .map_or_else(|| "as seen".to_owned(), |m| m.to_string()),
-                format!("{:.0} -> {:.0}", e.calls, e.calls_replayed),
-                format!("{:.0} -> {:.0}", e.attempts, e.attempts_replayed),
-                format!("{:.1}", e.retries_dropped),
-                format!("{:.1}", e.attempts_not_called),
-                format!("{:.1}", e.successes_lost),
+                format!("{:.0} -> {:.0}", e.counts.calls, e.counts.calls_replayed),
+                format!(
+                    "{:.0} -> {:.0}",
+                    e.counts.attempts, e.counts.attempts_replayed
+                ),
+                format!("{:.1}", e.counts.retries_dropped),
+                format!("{:.1}", e.counts.attempts_not_called),
+                format!("{:.1}", e.counts.successes_lost),
                 format!(
                     "{} -> {}",
                     number(e.success_rate, 4),
@@ -323,7 +346,8 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
 }
 
 pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
-    let mut out = String::from("Layers if the failures happened\n");
+    let mut out = listed(Some(&w.listing));
+    out += "Layers if the failures happened\n";
     let rows: Vec<Vec<String>> = w
         .layers
         .iter()

@@ -240,8 +240,8 @@ pub static DEFINITIONS: &[AlertDefinition] = &[
         summary: "{caller} -> {callee} {operation}: the timeout kills {percent} of healthy calls",
         description: "{caller} gives {callee} ({operation}) a timeout below {callee}'s P99.9 \
             latency: it cuts off {percent} of {callee}'s calls, slow but healthy, which are then \
-            retried, adding load exactly when the callee is slow. Set it to P99.9 x 1.5 \
-            (stormglass_recommended_timeout_seconds).",
+            retried, adding load exactly when the callee is slow. Set it to P99.9 x 1.5, the \
+            edge's recommended timeout (`stormglass advise` sizes it).",
         threshold: |_| 0.0,
         // Judged against the operation the timeout guards, from the edge's own counters
         // (summed over instances): a timeout below the P99.9 of the callee's SERVER spans
