@@ -4,11 +4,12 @@
 //!
 //! * an edge the policy names makes at most its `max_attempts`: a call that made more
 //!   keeps that many, and one that succeeded only on a later attempt fails instead;
-//! * its retries (after the cap) are then held to the budget over the calls' span of time:
-//!   at most `retry_budget_ratio` x its calls, or `retry_budget_min_per_second` x the
-//!   seconds, whichever allows more. Retries past it are dropped as a budget drops them,
-//!   spread over the window: the calls saved by a retry lose their success in the same
-//!   share;
+//! * its retries (after the cap) are then held to the budget as it runs, call by call in
+//!   the order they started (Linkerd's and Finagle's budget): each call deposits
+//!   `retry_budget_ratio`, each retry withdraws one, both forgotten after 10 s, and a
+//!   retry goes while the deposits plus `retry_budget_min_per_second` x 10 s cover it. A
+//!   call whose retry is dropped ends with the attempt before it: one a retry saved loses
+//!   its success;
 //! * an edge whose policy throttles as gRPC does (`retry_throttling`) is replayed attempt
 //!   by attempt in the order the calls started: each failed attempt takes a token, each
 //!   success gives back `token_ratio`, and a retry goes only while the tokens are above
@@ -16,9 +17,10 @@
 //!   to fail, as the attempt before it did;
 //! * an edge the policy does not name is replayed as observed;
 //! * a call made for an attempt the policy drops upstream is not made (nor what it called
-//!   in turn): an attempt past its edge's cap is dropped outright, one within it but
-//!   dropped by a budget or a bucket in the share its edge drops (`calls_replayed`,
-//!   `attempts_not_called`). A storm capped at one layer saves the layers below it.
+//!   in turn): an attempt past its edge's cap or refused by its budget is dropped
+//!   outright, one a bucket throttles in the share its edge's bucket drops
+//!   (`calls_replayed`, `attempts_not_called`); a call dropped so deposits nothing in its
+//!   edge's budget. A storm capped at one layer saves the layers below it.
 //!
 //! Counts are sums of the calls' adjusted counts (sampling), as every figure's.
 
@@ -210,7 +212,6 @@ fn throttled(
     policy: &Policy,
 ) -> HashMap<(String, String, String), (f64, f64)> {
     // Calls in the order they started, each with its attempts' outcomes in order.
-    type Key<'a> = (&'a str, &'a str, &'a str);
     let mut calls: HashMap<(Key, &str, i64), Vec<&AttemptRow>> = HashMap::new();
     for a in attempts {
         let key = (name(&a.caller), name(&a.callee), name(&a.operation));
@@ -292,24 +293,66 @@ pub async fn traffic(
     Ok((calls, attempts))
 }
 
-/// What pass one decides for an edge: its cap, and the share of its retries within the cap
-/// that its budget or bucket keeps.
+/// What the policy does to an edge: its attempt cap, its retry budget, and for an edge a
+/// token bucket throttles, the share of retries the bucket keeps and the successes it
+/// loses per call (spread evenly).
 #[derive(Clone, Copy)]
 struct Plan {
     cap: i64,
-    kept: f64,
-    /// Successes lost per call to the budget or bucket (a bucket's, spread evenly).
-    throttled_lost: Option<f64>,
+    /// `retry_budget_ratio` and `retry_budget_min_per_second`, where the policy sets one.
+    budget: Option<(f64, f64)>,
+    throttled: Option<(f64, f64)>,
 }
 
 impl Plan {
-    /// How much of attempt number `k` (0 the first) the policy still sends.
-    fn attempt_kept(&self, k: i64) -> f64 {
-        match k {
-            k if k >= self.cap => 0.0,
-            0 => 1.0,
-            _ => self.kept,
+    /// How much of attempt number `k` (0 the first) of a call that sent `sent` attempts
+    /// the policy still sends.
+    fn attempt_kept(&self, k: i64, sent: f64) -> f64 {
+        match (k, self.throttled) {
+            (k, _) if k >= self.cap => 0.0,
+            (0, _) => 1.0,
+            (_, Some((kept, _))) => kept,
+            (k, None) => f64::from(u8::from((k as f64) < sent)),
         }
+    }
+}
+
+/// How long a retry budget remembers its calls and retries, as Linkerd's (`ttl`, 10 s) and
+/// Finagle's budgets do.
+pub const BUDGET_WINDOW_NS: i64 = 10_000_000_000;
+
+/// An edge's retry budget as it runs: each call deposits `ratio`, each retry withdraws one,
+/// both forgotten after [`BUDGET_WINDOW_NS`]; a retry goes while the deposits plus the
+/// floor's reserve (`min_per_second` x the window) cover it.
+#[derive(Default)]
+struct Budget {
+    /// (start, calls, retries) per call still remembered, oldest first.
+    recent: std::collections::VecDeque<(i64, f64, f64)>,
+    calls: f64,
+    retries: f64,
+}
+
+impl Budget {
+    /// The retries (up to `wanted`) a call of weight `w` started at `at` may make.
+    fn admit(&mut self, at: i64, w: f64, wanted: i64, (ratio, floor): (f64, f64)) -> i64 {
+        while let Some(&(start, calls, retries)) = self.recent.front() {
+            if start > at - BUDGET_WINDOW_NS {
+                break;
+            }
+            self.calls -= calls;
+            self.retries -= retries;
+            self.recent.pop_front();
+        }
+        self.calls += w;
+        let reserve = floor * BUDGET_WINDOW_NS as f64 / 1e9;
+        let mut admitted = 0;
+        // The slack absorbs the sums' rounding (a budget of exactly one retry allows it).
+        while admitted < wanted && reserve + ratio * self.calls - self.retries >= w - 1e-9 {
+            self.retries += w;
+            admitted += 1;
+        }
+        self.recent.push_back((at, w, w * admitted as f64));
+        admitted
     }
 }
 
@@ -320,17 +363,16 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     let start = calls.iter().map(|c| c.start_ns).min().unwrap_or(0);
     let end = calls.iter().map(|c| c.end_ns).max().unwrap_or(0);
     let seconds = (end - start).max(0) as f64 / 1e9;
-    type Key<'a> = (&'a str, &'a str, &'a str);
     let cap_of = |key: Key| {
         policy
             .edge(key.0, key.1, key.2)
             .map_or(i64::MAX, |p| i64::from(p.max_attempts))
     };
-    // Pass one: each edge as observed, and what the policy keeps of it. The policy is
+    // Pass one: each edge as observed, and what the policy does to it. The policy is
     // looked up once per edge, not per call.
     let mut sums: HashMap<Key, Sums> = HashMap::new();
     for c in calls {
-        let key = (name(&c.caller), name(&c.callee), name(&c.operation));
+        let key = key_of(c);
         let attempts = c.attempts.max(1);
         let ok = c.final_outcome.as_deref() == Some("ok");
         let s = sums.entry(key).or_insert_with(|| Sums {
@@ -349,52 +391,56 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         .iter()
         .map(|(&key, s)| {
             let p = policy.edge(key.0, key.1, key.2);
-            let retries = s.capped - s.calls;
-            let allowance = match p.map(|p| (p.retry_budget_ratio, p.retry_budget_min_per_second)) {
-                None | Some((None, None)) => f64::INFINITY,
-                Some((ratio, floor)) => {
-                    (ratio.unwrap_or(0.0) * s.calls).max(floor.unwrap_or(0.0) * seconds)
-                }
+            let budget = match p.map(|p| (p.retry_budget_ratio, p.retry_budget_min_per_second)) {
+                None | Some((None, None)) => None,
+                Some((ratio, floor)) => Some((ratio.unwrap_or(0.0), floor.unwrap_or(0.0))),
             };
-            let mut kept = 1.0 - ratio((retries - allowance).max(0.0), retries).unwrap_or(0.0);
-            let mut throttled_lost = None;
             let owned = (key.0.to_owned(), key.1.to_owned(), key.2.to_owned());
-            if let Some((sent, late)) = throttled.get(&owned) {
-                kept = ratio(sent - s.calls, retries).unwrap_or(1.0);
-                throttled_lost = Some(late / s.calls);
-            }
+            let throttled = throttled.get(&owned).map(|(sent, late)| {
+                let kept = ratio(sent - s.calls, s.capped - s.calls).unwrap_or(1.0);
+                (kept, late / s.calls)
+            });
             let plan = Plan {
                 cap: s.cap,
-                kept,
-                throttled_lost,
+                budget,
+                throttled,
             };
             (key, plan)
         })
         .collect();
-    // Pass two: how much of each call is still made, from the top down.
+    // Pass two: the calls in the order they started, each after the call it was made for:
+    // how much of it is still made, and how many of its attempts are sent.
     let index: HashMap<(&str, i64), usize> = calls
         .iter()
         .enumerate()
         .filter_map(|(i, c)| Some(((c.trace_id.as_deref()?, c.logical_call_id), i)))
         .collect();
-    let mut made: Vec<Option<f64>> = vec![None; calls.len()];
-    for i in 0..calls.len() {
-        made_share(i, calls, &index, &plans, &mut made);
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by_key(|&i| (calls[i].start_ns, i));
+    let mut pass = PassTwo {
+        calls,
+        index,
+        plans: &plans,
+        budgets: HashMap::new(),
+        decided: vec![None; calls.len()],
+    };
+    for i in order {
+        pass.decide(i);
     }
     let mut cascaded: HashMap<Key, Cascade> = HashMap::new();
-    for (c, made) in calls.iter().zip(&made) {
-        let key = (name(&c.caller), name(&c.callee), name(&c.operation));
+    for (c, decided) in calls.iter().zip(&pass.decided) {
+        let key = key_of(c);
         let plan = plans[&key];
-        let made = made.unwrap_or(1.0);
+        let Some(Decided { made, sent }) = *decided else {
+            unreachable!("pass two decides every call");
+        };
         let attempts = c.attempts.max(1) as f64;
         let capped = c.attempts.max(1).min(plan.cap) as f64;
-        let sent = 1.0 + (capped - 1.0) * plan.kept;
         let ok = c.final_outcome.as_deref() == Some("ok");
-        let lost = match plan.throttled_lost {
-            Some(per_call) => per_call,
-            None if ok && c.attempts.max(1) > plan.cap => 1.0,
-            None if ok && c.attempts > 1 => 1.0 - plan.kept,
-            None => 0.0,
+        // A success on an attempt no longer sent is lost.
+        let lost = match plan.throttled {
+            Some((_, per_call)) => per_call,
+            None => f64::from(u8::from(ok && attempts > sent)),
         };
         let e = cascaded.entry(key).or_default();
         let w = c.weight;
@@ -445,6 +491,12 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     }
 }
 
+type Key<'a> = (&'a str, &'a str, &'a str);
+
+fn key_of(c: &CallRow) -> Key<'_> {
+    (name(&c.caller), name(&c.callee), name(&c.operation))
+}
+
 /// Pass two's sums of an edge, each call weighted by the share of it still made.
 #[derive(Default)]
 struct Cascade {
@@ -456,37 +508,72 @@ struct Cascade {
     lost: f64,
 }
 
-/// The share of call `i` still made under the policy: the product, up its chain of
-/// upstream attempts, of how much of each the policy still sends. Memoised in `made`
-/// (a chain met again while being walked, which a trace cannot hold, counts as made).
-fn made_share(
-    i: usize,
-    calls: &[CallRow],
-    index: &HashMap<(&str, i64), usize>,
-    plans: &HashMap<(&str, &str, &str), Plan>,
-    made: &mut [Option<f64>],
-) -> f64 {
-    if let Some(v) = made[i] {
-        return v;
-    }
-    made[i] = Some(1.0);
-    let c = &calls[i];
-    let upstream = c
-        .trace_id
-        .as_deref()
-        .zip(c.upstream_call_id)
-        .and_then(|(trace, call)| index.get(&(trace, call)).copied());
-    let share = match (upstream, c.upstream_attempt) {
-        (Some(u), Some(k)) => {
-            let up = &calls[u];
-            let key = (name(&up.caller), name(&up.callee), name(&up.operation));
-            let sent = plans.get(&key).map_or(1.0, |p| p.attempt_kept(k));
-            sent * made_share(u, calls, index, plans, made)
+/// What pass two decided for a call: the share of it still made (the product, up its
+/// chain of upstream attempts, of how much of each is still sent) and the attempts it
+/// sends.
+#[derive(Clone, Copy)]
+struct Decided {
+    made: f64,
+    sent: f64,
+}
+
+struct PassTwo<'a> {
+    calls: &'a [CallRow],
+    index: HashMap<(&'a str, i64), usize>,
+    plans: &'a HashMap<Key<'a>, Plan>,
+    budgets: HashMap<Key<'a>, Budget>,
+    decided: Vec<Option<Decided>>,
+}
+
+impl PassTwo<'_> {
+    /// Decide call `i`, after the call it was made for (a call whose upstream started
+    /// later, skewed, still waits for it; a chain met again while being walked, which a
+    /// trace cannot hold, counts as made).
+    fn decide(&mut self, i: usize) -> Decided {
+        if let Some(d) = self.decided[i] {
+            return d;
         }
-        _ => 1.0,
-    };
-    made[i] = Some(share);
-    share
+        let c = &self.calls[i];
+        let key = key_of(c);
+        let plan = self.plans[&key];
+        let capped = c.attempts.max(1).min(plan.cap);
+        self.decided[i] = Some(Decided {
+            made: 1.0,
+            sent: capped as f64,
+        });
+        let upstream = c
+            .trace_id
+            .as_deref()
+            .zip(c.upstream_call_id)
+            .and_then(|(trace, call)| self.index.get(&(trace, call)).copied());
+        let made = match (upstream, c.upstream_attempt) {
+            (Some(u), Some(k)) => {
+                let up = self.decide(u);
+                let kept = self
+                    .plans
+                    .get(&key_of(&self.calls[u]))
+                    .map_or(1.0, |p| p.attempt_kept(k, up.sent));
+                up.made * kept
+            }
+            _ => 1.0,
+        };
+        let sent = match (plan.throttled, plan.budget) {
+            (Some((kept, _)), _) => 1.0 + (capped - 1) as f64 * kept,
+            (None, Some(budget)) if made > 0.0 => {
+                let admitted = (self.budgets.entry(key).or_default()).admit(
+                    c.start_ns,
+                    c.weight * made,
+                    capped - 1,
+                    budget,
+                );
+                (1 + admitted) as f64
+            }
+            _ => capped as f64,
+        };
+        let d = Decided { made, sent };
+        self.decided[i] = Some(d);
+        d
+    }
 }
 
 #[cfg(test)]
@@ -643,10 +730,11 @@ mod tests {
         .unwrap()
     }
 
-    /// Ten calls: six answered first, two on the second attempt, one on the fourth, one
-    /// failing after four. Capped at 2 attempts: the two 4-attempt calls lose 2 retries
-    /// each and the fourth-attempt success is lost; a 10% budget then allows 1 of the 4
-    /// retries left: 3 more go, and 3/4 of the two calls a retry saved lose their success.
+    /// Ten calls a second apart (one budget window): six answered first, two on the second
+    /// attempt, one on the fourth, one failing after four. Capped at 2 attempts: the two
+    /// 4-attempt calls lose 2 retries each and the fourth-attempt success is lost. A 10%
+    /// budget then deposits 0.1 a call: the first retry it covers is the tenth call's, so
+    /// the three calls before it lose theirs, and the two a retry saved their success.
     #[test]
     fn caps_then_budget() {
         let mut calls: Vec<CallRow> = (0..6).map(|i| call(1, true, i)).collect();
@@ -670,10 +758,25 @@ mod tests {
         let e = &r.edges[0];
         assert_eq!(e.counts.retries_dropped_by_budget, 3.0);
         assert_eq!(e.counts.attempts_replayed, 11.0);
-        assert!((e.counts.successes_lost - (1.0 + 2.0 * 0.75)).abs() < 1e-12);
+        assert!((e.counts.successes_lost - 3.0).abs() < 1e-12);
         assert_eq!(e.success_rate, Some(0.9));
-        assert!((e.success_rate_replayed.unwrap() - 0.65).abs() < 1e-12);
+        assert!((e.success_rate_replayed.unwrap() - 0.6).abs() < 1e-12);
         assert_eq!((e.retries, e.retries_replayed), (8.0, 1.0));
+        // Where the retries fall matters, not only how many: the same calls with the
+        // 2-attempt ones first, and the window then forgotten (each call 20 s apart).
+        let spread: Vec<CallRow> = (0..10)
+            .map(|i| {
+                let (attempts, ok) = [(2, true), (2, true), (1, true), (1, true), (1, true)][i % 5];
+                call(attempts, ok, 20 * i as i64)
+            })
+            .collect();
+        let r = replay(&spread, &[], &policy(2, Some(0.1)));
+        assert_eq!(
+            r.edges[0].counts.retries_dropped_by_budget, 4.0,
+            "none covered"
+        );
+        let r = replay(&spread, &[], &policy(2, Some(1.0)));
+        assert_eq!(r.edges[0].counts.retries_dropped_by_budget, 0.0);
         // An edge the policy does not name is replayed as observed.
         let r = replay(&calls, &[], &Policy::default());
         assert_eq!(r.edges[0].counts.retries_dropped, 0.0);

@@ -5,9 +5,9 @@
 //! `previous-rpc-attempts` under one call span), and server spans that record the budget
 //! they received and whether they honoured it.
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
@@ -102,16 +102,42 @@ pub struct Policy {
     pub budget: Option<Arc<RetryBudget>>,
 }
 
-/// A retry budget as Envoy's and Linkerd's behave: a retry is sent only while the edge's
-/// retries stay within `ratio` of its calls, or `min_per_second` since it started,
-/// whichever allows more.
+/// A retry budget as Linkerd's (after Finagle's) behaves, and as `stormglass replay` runs
+/// it: each call deposits `ratio`, each retry withdraws one, both forgotten after
+/// [`BUDGET_WINDOW`]; a retry goes while the deposits plus `min_per_second` x the window
+/// cover it.
 #[derive(Debug)]
 pub struct RetryBudget {
     ratio: f64,
     min_per_second: f64,
-    started: Instant,
-    calls: AtomicU64,
-    retries: AtomicU64,
+    window: Mutex<BudgetWindow>,
+}
+
+/// How long a budget remembers its calls and retries (Linkerd's `ttl`).
+pub const BUDGET_WINDOW: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Default)]
+struct BudgetWindow {
+    /// When each remembered call (false) or retry (true) was made, oldest first.
+    recent: VecDeque<(Instant, bool)>,
+    calls: f64,
+    retries: f64,
+}
+
+impl BudgetWindow {
+    fn forget_before(&mut self, now: Instant) {
+        while let Some(&(at, retry)) = self.recent.front() {
+            if now.duration_since(at) < BUDGET_WINDOW {
+                break;
+            }
+            if retry {
+                self.retries -= 1.0;
+            } else {
+                self.calls -= 1.0;
+            }
+            self.recent.pop_front();
+        }
+    }
 }
 
 impl RetryBudget {
@@ -119,28 +145,38 @@ impl RetryBudget {
         RetryBudget {
             ratio,
             min_per_second,
-            started: Instant::now(),
-            calls: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
+            window: Mutex::default(),
         }
     }
 
+    fn window(&self) -> std::sync::MutexGuard<'_, BudgetWindow> {
+        // A panic while holding it leaves counts that are still counts.
+        self.window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn call(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut w = self.window();
+        w.forget_before(now);
+        w.recent.push_back((now, false));
+        w.calls += 1.0;
     }
 
     /// Take one retry from the budget; false when it is spent.
     fn retry(&self) -> bool {
-        let calls = self.calls.load(Ordering::Relaxed) as f64;
-        let allowed =
-            (self.ratio * calls).max(self.min_per_second * self.started.elapsed().as_secs_f64());
-        let taken = self.retries.fetch_add(1, Ordering::Relaxed);
-        if (taken + 1) as f64 <= allowed {
-            true
-        } else {
-            self.retries.fetch_sub(1, Ordering::Relaxed);
-            false
+        let now = Instant::now();
+        let mut w = self.window();
+        w.forget_before(now);
+        let reserve = self.min_per_second * BUDGET_WINDOW.as_secs_f64();
+        // The slack absorbs the sums' rounding (a budget of exactly one retry allows it).
+        if reserve + self.ratio * w.calls - w.retries < 1.0 - 1e-9 {
+            return false;
         }
+        w.recent.push_back((now, true));
+        w.retries += 1.0;
+        true
     }
 }
 
@@ -504,6 +540,23 @@ mod tests {
     use super::*;
 
     /// grpc-timeout in every unit gRPC defines.
+    /// The budget as Linkerd's: ten calls at 10% cover one retry, not two; a floor of 1/s
+    /// is a reserve of ten retries over the window, on top of the deposits.
+    #[test]
+    fn budget_deposits_and_reserve() {
+        let b = RetryBudget::new(0.1, 0.0);
+        for _ in 0..9 {
+            b.call();
+        }
+        assert!(!b.retry(), "0.9 of a retry deposited");
+        b.call();
+        assert!(b.retry());
+        assert!(!b.retry());
+        let b = RetryBudget::new(0.1, 1.0);
+        b.call();
+        assert_eq!((0..20).filter(|_| b.retry()).count(), 10);
+    }
+
     #[test]
     fn grpc_timeouts() {
         assert_eq!(grpc_timeout_ms("300m"), Some(300));
