@@ -238,14 +238,30 @@ fn advise_yaml(file: &str, format: &str) -> Vec<Value> {
 
 /// The Envoy routes and cluster `advise --format envoy` writes parse strictly in Envoy's
 /// own v3 API (envoy-data-plane, generated from Envoy's protos: an unknown field fails),
-/// with the advised retry policy and retry budget.
+/// with the advised retry policy and retry budget, and Envoy itself accepts them
+/// (`envoy --mode validate` over a bootstrap holding them all); the same check refuses a
+/// route with a field Envoy does not know.
 #[test]
 fn envoy_config_parses_in_envoys_api() {
     let dir = temp_dir("advise-envoy");
     let file = write(&dir, &two_retrying_layers(40));
     let config = advise_yaml(&file, "envoy").remove(0);
     let script = std::fs::read_to_string(repo_root().join("tests/python/envoy_config.py")).unwrap();
-    let parsed: Value = serde_json::from_slice(&python(&script, &[&config.to_string()])).unwrap();
+    let checked: Value = serde_json::from_slice(&python(&script, &[&config.to_string()])).unwrap();
+    assert_eq!(checked["api_error"], Value::Null, "{checked}");
+    assert_eq!(checked["valid"], true, "{}", checked["envoy"]);
+    let mut broken = config.clone();
+    broken[0]["routes"][0]["route"]["retry_policy_typo"] = Value::from(1);
+    let refused: Value = serde_json::from_slice(&python(&script, &[&broken.to_string()])).unwrap();
+    assert_eq!(refused["valid"], false, "{refused}");
+    assert!(
+        refused["envoy"]
+            .as_str()
+            .unwrap()
+            .contains("retry_policy_typo"),
+        "{refused}"
+    );
+    let parsed = &checked["entries"];
     let to_inventory = parsed
         .as_array()
         .unwrap()
