@@ -120,11 +120,8 @@ use columns::{Links, build};
 use rows::{Kind, column, kinds, parent_rows};
 use skew::{clock_offsets, in_root_clock};
 
-use std::collections::HashMap;
-
 use crate::clock::ClockBounds;
 use crate::table::timed;
-use stormglass_model::hash::KeyedHash;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
@@ -241,11 +238,6 @@ pub fn lineage_in_window(
     timed("lineage: parents", started);
     let parent_of = |row: usize| parent_rows[row];
     let (clock_pairs, offsets) = clock_offsets(spans, &kinds, &parent_rows, prior, tolerance_ms);
-    // Looked up per SERVER span: borrowed keys, no allocation.
-    let offsets: HashMap<(&str, &str), i64, KeyedHash> = offsets
-        .iter()
-        .map(|((caller, callee), ns)| ((caller.as_str(), callee.as_str()), *ns))
-        .collect();
     let service = column(col::SERVICE_NAME).as_string::<i32>();
     let edge_offset = |p: usize, row: usize| -> i64 {
         if offsets.is_empty() || kind(row) != Kind::Server {

@@ -37,6 +37,10 @@ pub fn clock_bounds(spans: &RecordBatch) -> ClockBounds {
 /// Clock bounds keyed by a batch's own service names.
 pub(super) type BorrowedBounds<'a> = HashMap<(&'a str, &'a str), Bound, KeyedHash>;
 
+/// The offset (ns) to add to a callee's times, per (caller, callee), keyed by borrowed
+/// names: looked up per SERVER span without allocating.
+pub(super) type BorrowedOffsets<'a> = HashMap<(&'a str, &'a str), i64, KeyedHash>;
+
 /// One completed call's clock pair: the caller's and the callee's rows, and the offsets
 /// (ms) it allows, `client.start - server.start ..= client.end - server.end`.
 pub(super) struct ClockPair {
@@ -104,13 +108,13 @@ pub(super) fn own_bounds<'a>(
 
 /// The chunk's clock pairs, and the offset (ns) to add to each service pair's callee times:
 /// the chunk's bounds intersected with `prior`'s (see [`crate::clock`]).
-pub(super) fn clock_offsets(
-    spans: &RecordBatch,
+pub(super) fn clock_offsets<'a>(
+    spans: &'a RecordBatch,
     kinds: &[Kind],
     parent_rows: &[Option<usize>],
-    prior: &ClockBounds,
+    prior: &'a ClockBounds,
     tolerance_ms: f64,
-) -> (RecordBatch, HashMap<(String, String), i64>) {
+) -> (RecordBatch, BorrowedOffsets<'a>) {
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
     let (chunk, calls) = own_bounds(spans, kinds, parent_rows);
     let pairs = RecordBatch::try_new(
@@ -134,9 +138,18 @@ pub(super) fn clock_offsets(
         Ok(batch) => batch,
         Err(e) => unreachable!("clock pair columns follow CLOCK_PAIRS_SCHEMA: {e}"),
     };
-    let mut bounds = prior.clone();
-    for ((caller, callee), bound) in chunk {
-        clock::add(&mut bounds, (caller.to_owned(), callee.to_owned()), bound);
+    // Keyed by the names the window and the chunk hold: no copy of the window's pairs
+    // (~160,000 at width) per chunk.
+    let mut bounds: BorrowedBounds =
+        HashMap::with_capacity_and_hasher(prior.len() + chunk.len(), KeyedHash::default());
+    for ((caller, callee), bound) in prior {
+        bounds.insert((caller.as_str(), callee.as_str()), *bound);
+    }
+    for (pair, bound) in chunk {
+        bounds
+            .entry(pair)
+            .and_modify(|b| *b = b.merge(bound))
+            .or_insert(bound);
     }
     let offsets = bounds
         .into_iter()

@@ -1,5 +1,7 @@
 //! The lineage on hand-built spans.
 
+use std::collections::HashMap;
+
 use arrow::array::{AsArray, BooleanArray, FixedSizeBinaryArray};
 use arrow::datatypes::{Float64Type, Int32Type};
 use stormglass_model::{Conventions, encode_request};
