@@ -513,7 +513,8 @@ fn retries_of_real_proxies_count() {
 /// through `per_try_timeout: 0.3s`, odd calls' first tries take 450 ms, Envoy gives up on
 /// them (its upstream span ends `deadline`) and re-sends: a retry with cause `deadline`,
 /// never a hedge, the try given up on a timeout and an orphan working on; one clock, no
-/// skew. Envoy's own spans number the attempts (`router stock egress`), so none is hidden.
+/// skew. Envoy's own spans number the attempts (`router stock egress`), so none is hidden;
+/// the backend's captured `x-envoy-expected-rq-timeout-ms` gives every try its budget.
 fn assert_envoy(report: &Value, backend: &Value) {
     let e = edge_from(report, "shop-envoy", "stock-envoy", "router stock egress")
         .unwrap_or_else(|| panic!("no edge to stock-envoy: {report:#}"));
@@ -530,6 +531,9 @@ fn assert_envoy(report: &Value, backend: &Value) {
     );
     assert_eq!(e["effective_success_rate"], 0.5, "{at}");
     assert_eq!(e["raw_success_rate"], 1.0, "{at}");
+    // Every try carries the budget Envoy gave it, as the backend's instrumentation
+    // captured the header (`http.request.header.x_envoy_expected_rq_timeout_ms`).
+    assert_eq!(e["attempts_without_deadline"], 0.0, "{at}");
     assert_eq!(layer(report, "stock-envoy")["requests"], 2 * CALLS);
 
     let e = edge_from(
@@ -569,6 +573,7 @@ fn assert_envoy(report: &Value, backend: &Value) {
         .unwrap();
     assert_orphan_work(e, ran, &at);
     assert_eq!(e["clock_skew_ms"].as_f64().unwrap_or(0.0), 0.0, "{at}");
+    assert_eq!(e["attempts_without_deadline"], 0.0, "{at}");
     // The calls into Envoy: one attempt each, as `shop` made them.
     for proxy in ["shop-envoy", "shop-envoy-pertry"] {
         let e = edge(report, proxy, "GET").unwrap_or_else(|| panic!("no edge to {proxy}"));

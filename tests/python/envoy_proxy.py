@@ -22,6 +22,10 @@ import json
 import os
 
 os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "200"  # sent as they end, as Envoy sends its own
+# The backend records the budget Envoy gives each try (its route or per-try timeout).
+os.environ["OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST"] = (
+    "x-envoy-expected-rq-timeout-ms"
+)
 
 import sys
 import tempfile

@@ -201,8 +201,6 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
             "idempotency_key",
             "idempotency.key",
             "http.request.header.idempotency-key",
-            // OpenTelemetry Python's captured headers: dashes become underscores.
-            "http.request.header.idempotency_key",
             "rpc.grpc.request.metadata.idempotency-key",
         ],
     ),
@@ -249,14 +247,7 @@ pub const DEFAULT_ALIASES: &[(Concept, &[&str])] = &[
     (Concept::Url, &["url.full", "http.url"]),
     (Concept::UrlPath, &["url.path"]),
     (Concept::UrlQuery, &["url.query"]),
-    (
-        Concept::RetryAfter,
-        &[
-            "http.response.header.retry-after",
-            // OpenTelemetry Python's captured headers: dashes become underscores.
-            "http.response.header.retry_after",
-        ],
-    ),
+    (Concept::RetryAfter, &["http.response.header.retry-after"]),
     (
         Concept::GrpcPushback,
         &[
@@ -310,6 +301,21 @@ impl Default for Conventions {
     }
 }
 
+/// The spellings an attribute name is read in: a captured HTTP header's name also with its
+/// dashes as underscores, as OpenTelemetry Python writes them (and the semantic conventions
+/// did before 1.21): `http.request.header.x_envoy_expected_rq_timeout_ms`.
+fn spellings(name: &str) -> Vec<String> {
+    let mut spellings = vec![name.to_owned()];
+    for prefix in ["http.request.header.", "http.response.header."] {
+        if let Some(header) = name.strip_prefix(prefix)
+            && header.contains('-')
+        {
+            spellings.push(format!("{prefix}{}", header.replace('-', "_")));
+        }
+    }
+    spellings
+}
+
 impl Conventions {
     /// Build from per-concept alias lists in precedence order.
     pub fn new<I, N, S>(lists: I) -> Self
@@ -322,10 +328,12 @@ impl Conventions {
         for (concept, names) in lists {
             for (rank, name) in names.into_iter().enumerate() {
                 let rank = u8::try_from(rank).unwrap_or(u8::MAX);
-                by_name
-                    .entry(name.as_ref().as_bytes().into())
-                    .or_default()
-                    .push((concept, rank));
+                for spelling in spellings(name.as_ref()) {
+                    let roles = by_name.entry(spelling.as_bytes().into()).or_default();
+                    if !roles.contains(&(concept, rank)) {
+                        roles.push((concept, rank));
+                    }
+                }
             }
         }
         Conventions {

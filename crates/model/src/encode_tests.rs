@@ -256,6 +256,53 @@ fn attempt_numbers_in_any_integral_form() {
     assert_eq!(malformed, vec![("attempt", 2)]);
 }
 
+/// A captured header is read in either spelling, as OpenTelemetry Python writes it
+/// (dashes as underscores) or as the semantic conventions do now: Envoy's budget on the
+/// request, and its attempt count.
+#[test]
+fn captured_headers_read_with_underscores_too() {
+    let spans = vec![
+        span(
+            1,
+            1,
+            "a",
+            2,
+            0,
+            1,
+            vec![
+                kv_strings(
+                    "http.request.header.x_envoy_expected_rq_timeout_ms",
+                    &["300"],
+                ),
+                kv_strings("http.request.header.x_envoy_attempt_count", &["2"]),
+            ],
+        ),
+        span(
+            1,
+            2,
+            "b",
+            2,
+            0,
+            1,
+            vec![kv_strings(
+                "http.request.header.x-envoy-expected-rq-timeout-ms",
+                &["250"],
+            )],
+        ),
+    ];
+    let (batch, _) = encode(&request(vec![("svc", spans)]));
+    let deadline = batch
+        .column_by_name(col::DEADLINE_MS)
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    assert_eq!((deadline.value(0), deadline.value(1)), (300.0, 250.0));
+    let attempt = batch
+        .column_by_name(col::ATTEMPT)
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    assert_eq!(attempt.value(0), 1);
+}
+
 /// A proxy's and gRPC's own counts as captured headers and metadata (string arrays):
 /// Envoy's `x-envoy-attempt-count` counts from 1, gRPC's `grpc-previous-rpc-attempts` is the
 /// attempt number itself.
