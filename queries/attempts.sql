@@ -60,6 +60,10 @@
 --   rerun_write, duplicate, prev_retry_after_ms, retry_after_violation, response_code,
 --   unknown_result_ms, unknown_unresolved
 -- weight: how many attempts this one stands for (the span's sampling adjusted count).
+-- deadline_ms: the attempt's budget: its own, else its call span's, else the one its
+-- callee's SERVER span received (a proxy that records no budget on its own spans gives one
+-- on the request: Envoy's x-envoy-expected-rq-timeout-ms, its route or per-try timeout, as
+-- the callee captured it); own_deadline_ms: its own only.
 -- row_id, root_row, upstream_attempt_row: the lineage's integer keys of the span, its root
 -- and its upstream attempt (joins within one analysis).
 -- logical_*: the attempt's logical call as a whole (from the lineage): its attempts, highest
@@ -111,7 +115,7 @@ WITH tries AS (
     s.caller,
     s.operation, COALESCE(s.attempt, 0) AS attempt, s.retry_cause, s.outcome,
     s.start_ns, s.end_ns,
-    COALESCE(s.deadline_ms, s.call_deadline_ms) AS deadline_ms,
+    COALESCE(s.deadline_ms, s.call_deadline_ms, s.server_deadline_ms) AS deadline_ms,
     s.deadline_ms AS own_deadline_ms,
     COALESCE(s.idempotent, s.call_idempotent) AS idempotent,
     s.has_idempotency_key OR COALESCE(s.call_has_idempotency_key, false) AS has_idempotency_key,

@@ -514,7 +514,8 @@ fn retries_of_real_proxies_count() {
 /// them (its upstream span ends `deadline`) and re-sends: a retry with cause `deadline`,
 /// never a hedge, the try given up on a timeout and an orphan working on; one clock, no
 /// skew. Envoy's own spans number the attempts (`router stock egress`), so none is hidden;
-/// the backend's captured `x-envoy-expected-rq-timeout-ms` gives every try its budget.
+/// the backend's captured `x-envoy-expected-rq-timeout-ms` gives every try its budget, so
+/// the per-try timeout reads as the edge's timeout, below the slow tries' tail.
 fn assert_envoy(report: &Value, backend: &Value) {
     let e = edge_from(report, "shop-envoy", "stock-envoy", "router stock egress")
         .unwrap_or_else(|| panic!("no edge to stock-envoy: {report:#}"));
@@ -532,8 +533,11 @@ fn assert_envoy(report: &Value, backend: &Value) {
     assert_eq!(e["effective_success_rate"], 0.5, "{at}");
     assert_eq!(e["raw_success_rate"], 1.0, "{at}");
     // Every try carries the budget Envoy gave it, as the backend's instrumentation
-    // captured the header (`http.request.header.x_envoy_expected_rq_timeout_ms`).
+    // captured the header (`http.request.header.x_envoy_expected_rq_timeout_ms`): the
+    // route's 5 s, far above a backend that answers in a millisecond.
     assert_eq!(e["attempts_without_deadline"], 0.0, "{at}");
+    assert_eq!(e["timeout_ms"], 5000.0, "{at}");
+    assert_eq!(e["timeout_too_long"], true, "{at}");
     assert_eq!(layer(report, "stock-envoy")["requests"], 2 * CALLS);
 
     let e = edge_from(
@@ -573,7 +577,12 @@ fn assert_envoy(report: &Value, backend: &Value) {
         .unwrap();
     assert_orphan_work(e, ran, &at);
     assert_eq!(e["clock_skew_ms"].as_f64().unwrap_or(0.0), 0.0, "{at}");
+    // The per-try timeout as the tries' budget: below the slow tries' 450 ms, it kills a
+    // third of the tries that reached the backend.
     assert_eq!(e["attempts_without_deadline"], 0.0, "{at}");
+    assert_eq!(e["timeout_ms"], 300.0, "{at}");
+    assert!(near("timeout_kill_share", 1.0 / 3.0), "{at}");
+    assert_eq!(e["timeout_below_tail"], true, "{at}");
     // The calls into Envoy: one attempt each, as `shop` made them.
     for proxy in ["shop-envoy", "shop-envoy-pertry"] {
         let e = edge(report, proxy, "GET").unwrap_or_else(|| panic!("no edge to {proxy}"));
