@@ -14,7 +14,8 @@
 //!   never retried so far is not safe to retry for that) and retries help (they succeeded at least half of the time,
 //!   where any were made). Every other edge makes 1 attempt. Attempts are then lowered
 //!   until the worst case (every attempt timing out, with the backoffs) fits the caller's
-//!   budget.
+//!   budget; where retries that saved calls are lowered so, a `budget_too_small` finding
+//!   names the budget that would keep them.
 //! * **backoff**: exponential (x2) with full jitter, from the callee's median duration
 //!   (at least `advice.min_backoff_ms`) up to the timeout.
 //! * **retry budget**: a retrying edge's retries at most `retry_budget_ratio` of its calls:
@@ -459,6 +460,30 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                          {}'s {have} ms",
                         e.caller
                     );
+                    // Retries that saved calls and no longer fit: say which budget to raise
+                    // to keep them, as for a timeout that does not fit.
+                    let saved = e.retry_contribution.unwrap_or(0.0);
+                    if saved > 0.0 {
+                        let need = worst_ms(wanted, t, initial).ceil();
+                        advice.findings.push(AdviceFinding {
+                            kind: "budget_too_small",
+                            caller: e.caller.clone(),
+                            callee: e.callee.clone(),
+                            operation: e.operation.clone(),
+                            message: format!(
+                                "{} has {have} ms for {} {}, too little to retry it: \
+                                 {wanted} attempts of {t} ms with their backoff take {need} ms, \
+                                 and its retries saved {:.1}% of its successful calls. Raise the \
+                                 timeouts of the calls to {} to at least {need} ms, or expect \
+                                 those calls to fail",
+                                e.caller,
+                                e.callee,
+                                e.operation,
+                                saved * 100.0,
+                                e.caller
+                            ),
+                        });
+                    }
                 }
             }
             if let Some(t) = timeout {
@@ -546,7 +571,8 @@ mod tests {
     }
 
     /// Only the deepest edge of a path retries; each timeout is its P99.9 x the factor; a
-    /// retrying edge's attempts shrink until they fit the caller's budget, and a timeout
+    /// retrying edge's attempts shrink until they fit the caller's budget (retries that
+    /// saved calls then with a finding naming the budget that keeps them), and a timeout
     /// that cannot fit is cut, with the finding naming the budget to raise.
     #[test]
     fn one_retrying_layer_fitted_into_the_budgets() {
@@ -572,6 +598,16 @@ mod tests {
         let db = by("db");
         assert_eq!((db.timeout_ms, db.max_attempts), (Some(135.0), 1), "{db:?}");
         assert!(advice.findings.is_empty(), "{:?}", advice.findings);
+        // Had its retries saved calls, the finding names the budget that would keep them.
+        report.edges[2].retry_contribution = Some(0.04);
+        let advice = advise(&report, &params);
+        assert_eq!(advice.findings.len(), 1, "{:?}", advice.findings);
+        let message = &advice.findings[0].message;
+        assert!(
+            message.contains("too little to retry") && message.contains("at least 432 ms"),
+            "{message}"
+        );
+        report.edges[2].retry_contribution = None;
         // A slower database cannot fit inventory's 150 ms at all: cut, with a finding.
         report.edges[2].callee_p999_ms = Some(200.0);
         let advice = advise(&report, &params);
