@@ -240,6 +240,17 @@ pub fn worst_ms(attempts: u32, timeout_ms: f64, backoff_ms: f64) -> f64 {
     f64::from(attempts) * timeout_ms + backoff_ms * (2f64.powi(retries as i32) - 1.0)
 }
 
+/// A `budget_too_small` finding on `e`.
+fn budget_too_small(e: &EdgeFigures, message: String) -> AdviceFinding {
+    AdviceFinding {
+        kind: "budget_too_small",
+        caller: e.caller.clone(),
+        callee: e.callee.clone(),
+        operation: e.operation.clone(),
+        message,
+    }
+}
+
 /// Services in the order budgets flow: callers before their callees (Kahn's order from the
 /// services nobody calls); services on a cycle follow, in name order.
 fn top_down(edges: &[EdgeFigures]) -> Vec<&str> {
@@ -429,12 +440,9 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
             );
             if let (Some(t), Some(&have)) = (timeout, budget.get(&e.caller)) {
                 if t > have {
-                    advice.findings.push(AdviceFinding {
-                        kind: "budget_too_small",
-                        caller: e.caller.clone(),
-                        callee: e.callee.clone(),
-                        operation: e.operation.clone(),
-                        message: format!(
+                    advice.findings.push(budget_too_small(
+                        e,
+                        format!(
                             "{} has {have} ms (the longest timeout its callers are advised) for \
                              {} {}, whose P99.9 x {} is {t} ms: raise the timeouts of the calls \
                              to {} to at least {t} ms, or make {} faster",
@@ -445,7 +453,7 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                             e.caller,
                             e.callee
                         ),
-                    });
+                    ));
                     timeout = Some(have);
                     source = Some("budget");
                 }
@@ -465,12 +473,9 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                     let saved = e.retry_contribution.unwrap_or(0.0);
                     if saved > 0.0 {
                         let need = worst_ms(wanted, t, initial).ceil();
-                        advice.findings.push(AdviceFinding {
-                            kind: "budget_too_small",
-                            caller: e.caller.clone(),
-                            callee: e.callee.clone(),
-                            operation: e.operation.clone(),
-                            message: format!(
+                        advice.findings.push(budget_too_small(
+                            e,
+                            format!(
                                 "{} has {have} ms for {} {}, too little to retry it: \
                                  {wanted} attempts of {t} ms with their backoff take {need} ms, \
                                  and its retries saved {:.1}% of its successful calls. Raise the \
@@ -482,7 +487,7 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                                 saved * 100.0,
                                 e.caller
                             ),
-                        });
+                        ));
                     }
                 }
             }
