@@ -160,19 +160,8 @@ impl Replay {
                     .then(saved(b).total_cmp(&saved(a)))
             },
         );
-        self.listing = listing(selected, self.edges.len());
+        self.listing = Listing::of(REPLAY_ORDER, (selected, self.edges.len()), (0, 0));
         self
-    }
-}
-
-fn listing(selected: usize, listed: usize) -> Listing {
-    Listing {
-        order: REPLAY_ORDER.to_owned(),
-        edges: selected as u64,
-        edges_listed: listed as u64,
-        layers: 0,
-        layers_listed: 0,
-        truncated: listed < selected,
     }
 }
 
@@ -486,9 +475,10 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     Replay {
         seconds,
         totals: totals(&edges),
-        listing: listing(edges.len(), edges.len()),
         edges,
+        listing: Listing::default(),
     }
+    .listed(&Selection::default())
 }
 
 type Key<'a> = (&'a str, &'a str, &'a str);

@@ -506,6 +506,20 @@ pub struct Listing {
     pub truncated: bool,
 }
 
+impl Listing {
+    /// In `order`, `(selected, listed)` edges and layers; truncated when fewer are listed.
+    pub fn of(order: &str, (edges, edges_listed): (usize, usize), layers: (usize, usize)) -> Self {
+        Listing {
+            order: order.to_owned(),
+            edges: edges as u64,
+            edges_listed: edges_listed as u64,
+            layers: layers.0 as u64,
+            layers_listed: layers.1 as u64,
+            truncated: edges_listed < edges || layers.1 < layers.0,
+        }
+    }
+}
+
 impl Selection {
     fn names(&self, caller: &str, callee: &str) -> bool {
         self.service
@@ -617,14 +631,11 @@ impl Report {
             excess(b).cmp(&excess(a))
         });
         let keep = |caller: &str, callee: &str| selection.names(caller, callee);
-        let listing = Listing {
-            order: IMPACT_ORDER.to_owned(),
-            edges: edge_total as u64,
-            edges_listed: edges.len() as u64,
-            layers: layer_total as u64,
-            layers_listed: layers.len() as u64,
-            truncated: edges.len() < edge_total || layers.len() < layer_total,
-        };
+        let listing = Listing::of(
+            IMPACT_ORDER,
+            (edge_total, edges.len()),
+            (layer_total, layers.len()),
+        );
         Report {
             window: self.window.clone(),
             edges: edges.into_iter().cloned().collect(),

@@ -98,14 +98,11 @@ impl WhatIf {
                     .total_cmp(&a.requests_per_second.unwrap_or(0.0)),
             )
         });
-        self.listing = Listing {
-            order: WHATIF_ORDER.to_owned(),
-            edges: edges_selected as u64,
-            edges_listed: self.edges.len() as u64,
-            layers: layers_selected as u64,
-            layers_listed: self.layers.len() as u64,
-            truncated: self.edges.len() < edges_selected || self.layers.len() < layers_selected,
-        };
+        self.listing = Listing::of(
+            WHATIF_ORDER,
+            (edges_selected, self.edges.len()),
+            (layers_selected, self.layers.len()),
+        );
         self
     }
 }
@@ -303,19 +300,12 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
             }
         })
         .collect();
-    let listing = Listing {
-        order: WHATIF_ORDER.to_owned(),
-        edges: edges.len() as u64,
-        edges_listed: edges.len() as u64,
-        layers: layers.len() as u64,
-        layers_listed: layers.len() as u64,
-        truncated: false,
-    };
     WhatIf {
         layers,
         edges,
-        listing,
+        listing: Listing::default(),
     }
+    .listed(&Selection::default())
 }
 
 /// `q(service)`, memoised; a service met again on the path (a cycle) adds nothing.
