@@ -30,6 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use datafusion::prelude::SessionContext;
 
+use stormglass_runtime::retry_budget::RetryBudget;
+
 use crate::advice::Policy;
 use crate::engine::AnalysisError;
 use crate::queries;
@@ -306,45 +308,6 @@ impl Plan {
     }
 }
 
-/// How long a retry budget remembers its calls and retries, as Linkerd's (`ttl`, 10 s) and
-/// Finagle's budgets do.
-pub const BUDGET_WINDOW_NS: i64 = 10_000_000_000;
-
-/// An edge's retry budget as it runs: each call deposits `ratio`, each retry withdraws one,
-/// both forgotten after [`BUDGET_WINDOW_NS`]; a retry goes while the deposits plus the
-/// floor's reserve (`min_per_second` x the window) cover it.
-#[derive(Default)]
-struct Budget {
-    /// (start, calls, retries) per call still remembered, oldest first.
-    recent: std::collections::VecDeque<(i64, f64, f64)>,
-    calls: f64,
-    retries: f64,
-}
-
-impl Budget {
-    /// The retries (up to `wanted`) a call of weight `w` started at `at` may make.
-    fn admit(&mut self, at: i64, w: f64, wanted: i64, (ratio, floor): (f64, f64)) -> i64 {
-        while let Some(&(start, calls, retries)) = self.recent.front() {
-            if start > at - BUDGET_WINDOW_NS {
-                break;
-            }
-            self.calls -= calls;
-            self.retries -= retries;
-            self.recent.pop_front();
-        }
-        self.calls += w;
-        let reserve = floor * BUDGET_WINDOW_NS as f64 / 1e9;
-        let mut admitted = 0;
-        // The slack absorbs the sums' rounding (a budget of exactly one retry allows it).
-        while admitted < wanted && reserve + ratio * self.calls - self.retries >= w - 1e-9 {
-            self.retries += w;
-            admitted += 1;
-        }
-        self.recent.push_back((at, w, w * admitted as f64));
-        admitted
-    }
-}
-
 /// Replay `calls` under `policy`; `attempts` (in any order) for the edges it throttles as
 /// gRPC does.
 pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Replay {
@@ -511,7 +474,7 @@ struct PassTwo<'a> {
     calls: &'a [CallRow],
     index: HashMap<(&'a str, i64), usize>,
     plans: &'a HashMap<Key<'a>, Plan>,
-    budgets: HashMap<Key<'a>, Budget>,
+    budgets: HashMap<Key<'a>, RetryBudget>,
     decided: Vec<Option<Decided>>,
 }
 
@@ -549,14 +512,15 @@ impl PassTwo<'_> {
         };
         let sent = match (plan.throttled, plan.budget) {
             (Some((kept, _)), _) => 1.0 + (capped - 1) as f64 * kept,
-            (None, Some(budget)) if made > 0.0 => {
-                let admitted = (self.budgets.entry(key).or_default()).admit(
-                    c.start_ns,
-                    c.weight * made,
-                    capped - 1,
-                    budget,
-                );
-                (1 + admitted) as f64
+            (None, Some((ratio, floor))) if made > 0.0 => {
+                let budget =
+                    (self.budgets.entry(key)).or_insert_with(|| RetryBudget::new(ratio, floor));
+                let w = c.weight * made;
+                budget.call(c.start_ns, w);
+                let retries = (1..capped)
+                    .take_while(|_| budget.retry(c.start_ns, w))
+                    .count();
+                (1 + retries) as f64
             }
             _ => capped as f64,
         };

@@ -5,7 +5,6 @@
 //! `previous-rpc-attempts` under one call span), and server spans that record the budget
 //! they received and whether they honoured it.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -102,81 +101,49 @@ pub struct Policy {
     pub budget: Option<Arc<RetryBudget>>,
 }
 
-/// A retry budget as Linkerd's (after Finagle's) behaves, and as `stormglass replay` runs
-/// it: each call deposits `ratio`, each retry withdraws one, both forgotten after
-/// [`BUDGET_WINDOW`]; a retry goes while the deposits plus `min_per_second` x the window
-/// cover it.
+/// A retry budget shared by an edge's calls, as `stormglass replay` runs it (see
+/// [`stormglass_runtime::retry_budget`]), on the clock of the demo's run.
 #[derive(Debug)]
 pub struct RetryBudget {
-    ratio: f64,
-    min_per_second: f64,
-    window: Mutex<BudgetWindow>,
-}
-
-/// How long a budget remembers its calls and retries (Linkerd's `ttl`).
-pub const BUDGET_WINDOW: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Default)]
-struct BudgetWindow {
-    /// When each remembered call (false) or retry (true) was made, oldest first.
-    recent: VecDeque<(Instant, bool)>,
-    calls: f64,
-    retries: f64,
-}
-
-impl BudgetWindow {
-    fn forget_before(&mut self, now: Instant) {
-        while let Some(&(at, retry)) = self.recent.front() {
-            if now.duration_since(at) < BUDGET_WINDOW {
-                break;
-            }
-            if retry {
-                self.retries -= 1.0;
-            } else {
-                self.calls -= 1.0;
-            }
-            self.recent.pop_front();
-        }
-    }
+    started: Instant,
+    budget: Mutex<stormglass_runtime::retry_budget::RetryBudget>,
 }
 
 impl RetryBudget {
     pub fn new(ratio: f64, min_per_second: f64) -> RetryBudget {
         RetryBudget {
-            ratio,
-            min_per_second,
-            window: Mutex::default(),
+            started: Instant::now(),
+            budget: Mutex::new(stormglass_runtime::retry_budget::RetryBudget::new(
+                ratio,
+                min_per_second,
+            )),
         }
     }
 
-    fn window(&self) -> std::sync::MutexGuard<'_, BudgetWindow> {
-        // A panic while holding it leaves counts that are still counts.
-        self.window
+    /// Now, and the budget: a panic while holding it leaves counts that are still counts.
+    fn at(
+        &self,
+    ) -> (
+        i64,
+        std::sync::MutexGuard<'_, stormglass_runtime::retry_budget::RetryBudget>,
+    ) {
+        let now = i64::try_from(self.started.elapsed().as_nanos()).unwrap_or(i64::MAX);
+        let budget = self
+            .budget
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (now, budget)
     }
 
     fn call(&self) {
-        let now = Instant::now();
-        let mut w = self.window();
-        w.forget_before(now);
-        w.recent.push_back((now, false));
-        w.calls += 1.0;
+        let (now, mut budget) = self.at();
+        budget.call(now, 1.0);
     }
 
     /// Take one retry from the budget; false when it is spent.
     fn retry(&self) -> bool {
-        let now = Instant::now();
-        let mut w = self.window();
-        w.forget_before(now);
-        let reserve = self.min_per_second * BUDGET_WINDOW.as_secs_f64();
-        // The slack absorbs the sums' rounding (a budget of exactly one retry allows it).
-        if reserve + self.ratio * w.calls - w.retries < 1.0 - 1e-9 {
-            return false;
-        }
-        w.recent.push_back((now, true));
-        w.retries += 1.0;
-        true
+        let (now, mut budget) = self.at();
+        budget.retry(now, 1.0)
     }
 }
 
