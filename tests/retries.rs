@@ -6,7 +6,8 @@
 //! Parquet archive; so do their idempotency keys, captured as headers
 //! (tests/python/idempotency_keys.py), whose values stormglass keeps nowhere; and the
 //! retries Debian's HAProxy and nginx make in front of two instances of a backend
-//! (tests/python/proxies.py).
+//! (tests/python/proxies.py), and Envoy's (tests/python/envoy_proxy.py), whose retry
+//! budget `replay --budget-as envoy` predicts (tests/python/envoy_budget.py).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -600,7 +601,7 @@ fn assert_envoy(report: &Value, backend: &Value) {
 /// the same from its archive with `stormglass analyze`.
 #[test]
 fn retries_of_real_envoy_count() {
-    let (server, dir, out) = serve_and_run_after(PROXY_PRELUDES, "envoy_proxy", CALLS, SLOW);
+    let (server, dir, out) = serve_and_run_after(ENVOY_PRELUDES, "envoy_proxy", CALLS, SLOW);
     let backend: Value = serde_json::from_slice(&out).unwrap();
     let egress = "router stock egress";
     report_with_from(&server, "shop-envoy", &[("stock-envoy", egress)], 2 * CALLS);
@@ -613,6 +614,78 @@ fn retries_of_real_envoy_count() {
     let (ok, stdout, stderr) = stormglass(&["analyze", dir.to_str().unwrap(), "--format", "json"]);
     assert!(ok, "{stderr}");
     assert_envoy(&serde_json::from_str(&stdout).unwrap(), &backend);
+}
+
+const ENVOY_PRELUDES: &[&str] = &["otel_stack.py", "proxy_backend.py", "envoy_stack.py"];
+
+/// Bursts of tests/python/envoy_budget.py (10 calls each).
+const BUDGET_BURSTS: u64 = 5;
+
+/// A real Envoy's `retry_budget` (15% of the requests in flight, at least 1) predicted by
+/// `replay --budget-as envoy` from the spans of the same bursts through an Envoy without
+/// one: each burst's ten first tries fail together, the first retry holds the one place
+/// while the others are decided, so Envoy lets one retry through per burst and `replay`
+/// keeps the same one. The same ratio as a rate budget (Linkerd's, the default) keeps more:
+/// by the fifth burst its deposits cover 7.
+#[test]
+fn replay_predicts_envoys_retry_budget() {
+    let (server, dir, out) =
+        serve_and_run_after(ENVOY_PRELUDES, "envoy_budget", BUDGET_BURSTS, SLOW);
+    let truth: Value = serde_json::from_slice(&out).unwrap();
+    let calls = 10 * BUDGET_BURSTS;
+    assert_eq!(truth["stock-free"]["requests"], 2 * calls, "{truth}");
+    assert_eq!(truth["shop-free"]["200"], calls, "{truth}");
+    let made = truth["stock-budget"]["requests"].as_u64().unwrap() - calls;
+    assert_eq!(truth["shop-budget"]["200"], made, "{truth}");
+    let egress = [("stock-free", "router stock egress")];
+    report_with_from(&server, "shop-envoy-free", &egress, 2 * calls);
+    let (ok, _) = server.terminate();
+    assert!(ok);
+
+    let policy = dir.join("budget.json");
+    std::fs::write(
+        &policy,
+        r#"{"edges": [{"caller": "shop-envoy-free", "callee": "stock-free", "max_attempts": 2,
+            "retry_budget_ratio": 0.15, "retry_budget_min_per_second": 0}]}"#,
+    )
+    .unwrap();
+    let replayed = |model: &str| {
+        let (ok, stdout, stderr) = stormglass(&[
+            "replay",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--budget-as",
+            model,
+            "--format",
+            "json",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(ok, "{stderr}");
+        let r: Value = serde_json::from_str(&stdout).unwrap();
+        let e = r["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["caller"] == "shop-envoy-free" && e["callee"] == "stock-free")
+            .unwrap_or_else(|| panic!("no replayed edge: {r:#}"))
+            .clone();
+        let count = |key: &str| e[key].as_f64().map(|n| n as u64);
+        assert_eq!(
+            (count("calls"), count("retries")),
+            (Some(calls), Some(calls))
+        );
+        (
+            count("retries_replayed"),
+            count("successes_lost"),
+            format!("{e:#}"),
+        )
+    };
+    assert_eq!(made, BUDGET_BURSTS, "one retry a burst: {truth}");
+    let (retries, lost, at) = replayed("envoy");
+    assert_eq!(retries, Some(made), "{at} {truth}");
+    assert_eq!(lost, Some(calls - made), "{at}");
+    let (retries, _, at) = replayed("linkerd");
+    assert!(retries > Some(made), "{at}");
 }
 
 /// Calls of tests/js/grpc_hedging.mjs: a multiple of 3, one third per shape.

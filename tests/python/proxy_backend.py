@@ -1,4 +1,4 @@
-"""The backend the proxy tests share (tests/python/proxies.py, envoy_proxy.py), put after
+"""The backend the proxy tests share (tests/python/proxies.py, envoy_*.py), put after
 otel_stack.py and before the script by tests/retries.rs: a WSGI app under
 OpenTelemetryMiddleware whose odd calls fail their first tries (503) or take SLOW_S, served
 as two instances on free loopback ports, and the truth it counts (per service: requests,
@@ -56,18 +56,21 @@ def backend(service, fails, slow=False):
 
 class Threaded(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    # socketserver's backlog of 5 resets a burst's connections before they are accepted.
+    request_queue_size = 64
 
 
 def instances(service, fails, slow=False):
     """Two instances of `service` on free loopback ports, each its own process's spans."""
-    ports = []
-    for _ in range(2):
-        app = backend(service, fails, slow)
-        app = OpenTelemetryMiddleware(app, tracer_provider=provider(service))
-        server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        ports.append(server.server_port)
-    return ports
+    return [serve(service, backend(service, fails, slow)) for _ in range(2)]
+
+
+def serve(service, app):
+    """`app` as an instance of `service` (a request a thread) on a free loopback port."""
+    app = OpenTelemetryMiddleware(app, tracer_provider=provider(service))
+    server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_port
 
 
 def free_port():

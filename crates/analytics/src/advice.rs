@@ -185,6 +185,11 @@ pub struct PolicyEdge {
     /// Retries allowed per second whatever the ratio.
     #[serde(default)]
     pub retry_budget_min_per_second: Option<f64>,
+    /// Where set, the budget holds concurrent retries as Envoy's and Istio's `retry_budget`
+    /// does (`retry_budget_ratio` of the requests in flight, at least this many), not a
+    /// share of the calls over time.
+    #[serde(default)]
+    pub min_retry_concurrency: Option<u32>,
     /// gRPC's `retryThrottling`, where the client throttles with a token bucket instead.
     #[serde(default)]
     pub retry_throttling: Option<Throttling>,
@@ -222,6 +227,23 @@ impl Policy {
         Ok(policy)
     }
 
+    /// The policy as Envoy and Istio would run it: each retry budget holds concurrent
+    /// retries, at least [`min_retry_concurrency`] of them where the edge names no
+    /// `min_retry_concurrency` (as `advise --format envoy` and `istio` emit it).
+    pub fn with_concurrency_budgets(mut self) -> Policy {
+        for e in &mut self.edges {
+            if e.retry_budget_ratio.is_some() || e.retry_budget_min_per_second.is_some() {
+                e.min_retry_concurrency.get_or_insert_with(|| {
+                    min_retry_concurrency(
+                        e.retry_budget_min_per_second.unwrap_or(0.0),
+                        e.timeout_ms,
+                    )
+                });
+            }
+        }
+        self
+    }
+
     /// The policy of an edge: its operation's entry, else the caller and callee's `*`.
     pub fn edge(&self, caller: &str, callee: &str, operation: &str) -> Option<&PolicyEdge> {
         let of = |op: &str| {
@@ -230,6 +252,14 @@ impl Policy {
         };
         of(operation).or_else(|| of("*"))
     }
+}
+
+/// Concurrent retries a budget's floor allows: its rate over a try's timeout (Little's
+/// law; 1 s where none is known), at least 1, as Envoy's and Istio's
+/// `min_retry_concurrency` counts them.
+pub fn min_retry_concurrency(min_per_second: f64, timeout_ms: Option<f64>) -> u32 {
+    let seconds = timeout_ms.unwrap_or(1000.0) / 1e3;
+    ((min_per_second * seconds).ceil() as u32).max(1)
 }
 
 /// The longest an edge can take: every attempt timing out, with the backoffs between them

@@ -10,6 +10,13 @@
 //!   retry goes while the deposits plus `retry_budget_min_per_second` x 10 s cover it. A
 //!   call whose retry is dropped ends with the attempt before it: one a retry saved loses
 //!   its success;
+//! * an edge whose budget holds concurrent retries, as Envoy's and Istio's `retry_budget`
+//!   does (`min_retry_concurrency` set, or `replay --budget-as envoy`), is replayed attempt
+//!   by attempt in time, per caller and callee (Envoy's cluster): a retry goes when the
+//!   attempt before it ends (or when it started, if sooner) while the retries held are
+//!   fewer than `retry_budget_ratio` of the attempts in flight then (rounded down), or
+//!   `min_retry_concurrency`, whichever is more; it holds its place until it ends itself.
+//!   A call whose retry is refused ends with the attempt before it;
 //! * an edge whose policy throttles as gRPC does (`retry_throttling`) is replayed attempt
 //!   by attempt in the order the calls started: each failed attempt takes a token, each
 //!   success gives back `token_ratio`, and a retry goes only while the tokens are above
@@ -32,7 +39,7 @@ use datafusion::prelude::SessionContext;
 
 use stormglass_runtime::retry_budget::RetryBudget;
 
-use crate::advice::Policy;
+use crate::advice::{Policy, PolicyEdge};
 use crate::engine::AnalysisError;
 use crate::queries;
 use crate::report::{Listing, Selection};
@@ -72,6 +79,7 @@ pub struct AttemptRow {
     pub attempt: i64,
     pub outcome: Option<String>,
     pub start_ns: i64,
+    pub end_ns: i64,
 }
 
 /// One edge replayed.
@@ -267,16 +275,112 @@ fn throttled(
     out
 }
 
+/// Per call of an edge whose budget holds concurrent retries (Envoy's), the attempts it
+/// still sends: every call to the same callee from the same caller, budgeted or not,
+/// replayed attempt by attempt in time, each attempt in flight from its start to its end
+/// and each retry held from when it was decided to its end. Calls are replayed as made
+/// whatever happens upstream (as the token bucket's), sampled ones by their weight.
+fn concurrent(
+    calls: &[CallRow],
+    attempts: &[AttemptRow],
+    index: &HashMap<(&str, i64), usize>,
+    plans: &HashMap<Key, Plan>,
+) -> HashMap<usize, i64> {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashSet};
+
+    let clusters: HashSet<(&str, &str)> = plans
+        .iter()
+        .filter(|(_, p)| matches!(p.budget, Some(Budget::Concurrency { .. })))
+        .map(|(k, _)| (k.0, k.1))
+        .collect();
+    if clusters.is_empty() {
+        return HashMap::new();
+    }
+    // Each call's attempts (start, end) in order, and how many the cap lets it try.
+    let mut tries: HashMap<usize, Vec<(i64, i64, i64)>> = HashMap::new();
+    for a in attempts {
+        if !clusters.contains(&(name(&a.caller), name(&a.callee))) {
+            continue;
+        }
+        if let Some(&i) = index.get(&(a.trace_id.as_str(), a.logical_call_id)) {
+            tries
+                .entry(i)
+                .or_default()
+                .push((a.attempt, a.start_ns, a.end_ns.max(a.start_ns)));
+        }
+    }
+    // Events in time; at one instant ends first (an attempt just answered is no longer in
+    // flight, as Envoy releases a retry's place before deciding the next), then decisions,
+    // then starts.
+    const END: u8 = 0;
+    const DECIDE: u8 = 1;
+    const START: u8 = 2;
+    let mut events = BinaryHeap::new();
+    for (&i, t) in &mut tries {
+        t.sort_unstable();
+        events.push(Reverse((t[0].1, DECIDE, i, 0usize)));
+    }
+    let mut in_flight: HashMap<(&str, &str), (f64, f64)> = HashMap::new();
+    let mut sent: HashMap<usize, i64> = HashMap::with_capacity(tries.len());
+    while let Some(Reverse((at, kind, i, k))) = events.pop() {
+        let c = &calls[i];
+        let key = key_of(c);
+        let (active, held) = in_flight.entry((key.0, key.1)).or_default();
+        let w = c.weight;
+        let t = &tries[&i];
+        match kind {
+            START => {
+                *active += w;
+                events.push(Reverse((t[k].2.max(at), END, i, k)));
+            }
+            END => {
+                *active -= w;
+                if k > 0 {
+                    *held -= w;
+                }
+            }
+            _ => {
+                let allowed = k == 0
+                    || match plans[&key].budget {
+                        // The slack absorbs the sums' rounding, as the rate budget's.
+                        Some(Budget::Concurrency { ratio, min }) => {
+                            *held + w <= (ratio * *active + 1e-9).floor().max(min) + 1e-9
+                        }
+                        _ => true,
+                    };
+                if !allowed {
+                    continue;
+                }
+                if k > 0 {
+                    *held += w;
+                }
+                sent.insert(i, k as i64 + 1);
+                events.push(Reverse((t[k].1.max(at), START, i, k)));
+                let cap = plans[&key].cap.min(t.len() as i64);
+                if ((k + 1) as i64) < cap {
+                    let next = t[k + 1].1.min(t[k].2).max(at);
+                    events.push(Reverse((next, DECIDE, i, k + 1)));
+                }
+            }
+        }
+    }
+    sent
+}
+
 /// The traffic of `ctx` (an [`crate::engine::Engine::query_context`]) as [`replay`] reads
 /// it under `policy`: every logical call, and attempt by attempt only when a token bucket
-/// throttles some edge.
+/// throttles some edge or a budget holds concurrent retries.
 pub async fn traffic(
     ctx: &SessionContext,
     policy: &Policy,
 ) -> Result<(Vec<CallRow>, Vec<AttemptRow>), AnalysisError> {
     let calls = rows(&run(ctx, &queries::REPLAY_CALLS).await?);
-    let throttles = policy.edges.iter().any(|e| e.retry_throttling.is_some());
-    let attempts = if throttles {
+    let by_attempt = policy
+        .edges
+        .iter()
+        .any(|e| e.retry_throttling.is_some() || e.min_retry_concurrency.is_some());
+    let attempts = if by_attempt {
         rows(&run(ctx, &queries::REPLAY_ATTEMPTS).await?)
     } else {
         Vec::new()
@@ -290,9 +394,38 @@ pub async fn traffic(
 #[derive(Clone, Copy)]
 struct Plan {
     cap: i64,
-    /// `retry_budget_ratio` and `retry_budget_min_per_second`, where the policy sets one.
-    budget: Option<(f64, f64)>,
+    budget: Option<Budget>,
     throttled: Option<(f64, f64)>,
+}
+
+/// A retry budget as the policy sets it.
+#[derive(Clone, Copy)]
+enum Budget {
+    /// Linkerd's: `retry_budget_ratio` of the calls, `retry_budget_min_per_second`.
+    Rate { ratio: f64, floor: f64 },
+    /// Envoy's: `retry_budget_ratio` of the attempts in flight, `min_retry_concurrency`.
+    Concurrency { ratio: f64, min: f64 },
+}
+
+impl Budget {
+    fn of(p: &PolicyEdge) -> Option<Budget> {
+        let ratio = p.retry_budget_ratio;
+        match (
+            p.min_retry_concurrency,
+            ratio,
+            p.retry_budget_min_per_second,
+        ) {
+            (Some(min), ..) => Some(Budget::Concurrency {
+                ratio: ratio.unwrap_or(0.0),
+                min: f64::from(min),
+            }),
+            (None, None, None) => None,
+            (None, ratio, floor) => Some(Budget::Rate {
+                ratio: ratio.unwrap_or(0.0),
+                floor: floor.unwrap_or(0.0),
+            }),
+        }
+    }
 }
 
 impl Plan {
@@ -342,11 +475,7 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     let plans: HashMap<Key, Plan> = sums
         .iter()
         .map(|(&key, s)| {
-            let p = policy.edge(key.0, key.1, key.2);
-            let budget = match p.map(|p| (p.retry_budget_ratio, p.retry_budget_min_per_second)) {
-                None | Some((None, None)) => None,
-                Some((ratio, floor)) => Some((ratio.unwrap_or(0.0), floor.unwrap_or(0.0))),
-            };
+            let budget = policy.edge(key.0, key.1, key.2).and_then(Budget::of);
             let owned = (key.0.to_owned(), key.1.to_owned(), key.2.to_owned());
             let throttled = throttled.get(&owned).map(|(sent, late)| {
                 let kept = ratio(sent - s.calls, s.capped - s.calls).unwrap_or(1.0);
@@ -367,6 +496,7 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         .enumerate()
         .filter_map(|(i, c)| Some(((c.trace_id.as_deref()?, c.logical_call_id), i)))
         .collect();
+    let concurrent = concurrent(calls, attempts, &index, &plans);
     let mut order: Vec<usize> = (0..calls.len()).collect();
     order.sort_by_key(|&i| (calls[i].start_ns, i));
     let mut pass = PassTwo {
@@ -374,6 +504,7 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         index,
         plans: &plans,
         budgets: HashMap::new(),
+        concurrent,
         decided: vec![None; calls.len()],
     };
     for i in order {
@@ -475,6 +606,8 @@ struct PassTwo<'a> {
     index: HashMap<(&'a str, i64), usize>,
     plans: &'a HashMap<Key<'a>, Plan>,
     budgets: HashMap<Key<'a>, RetryBudget>,
+    /// Per call of an edge whose budget holds concurrent retries, the attempts it sends.
+    concurrent: HashMap<usize, i64>,
     decided: Vec<Option<Decided>>,
 }
 
@@ -512,7 +645,10 @@ impl PassTwo<'_> {
         };
         let sent = match (plan.throttled, plan.budget) {
             (Some((kept, _)), _) => 1.0 + (capped - 1) as f64 * kept,
-            (None, Some((ratio, floor))) if made > 0.0 => {
+            (None, Some(Budget::Concurrency { .. })) => {
+                self.concurrent.get(&i).map_or(capped, |&s| s.min(capped)) as f64
+            }
+            (None, Some(Budget::Rate { ratio, floor })) if made > 0.0 => {
                 let budget =
                     (self.budgets.entry(key)).or_insert_with(|| RetryBudget::new(ratio, floor));
                 let w = c.weight * made;
@@ -544,6 +680,7 @@ mod tests {
             attempt,
             outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
             start_ns: call * 1_000_000 + attempt,
+            end_ns: call * 1_000_000 + attempt,
         }
     }
 
@@ -591,6 +728,88 @@ mod tests {
         .unwrap();
         let r = replay(&calls, &attempts, &tight);
         assert_eq!(r.edges[0].retries_replayed, 0.0, "{:?}", r.edges[0]);
+    }
+
+    /// Envoy's budget over ten calls started a millisecond apart, each first attempt
+    /// taking 20 ms, the even ones failing and answered by a retry sent at once (20 ms
+    /// more). At 20% with at least 1 concurrent retry, call 0's retry goes (9 attempts in
+    /// flight: a limit of 1, none held) and holds its place to 40 ms, so the retries of
+    /// calls 2, 4, 6 and 8 (22-28 ms) find the limit taken (at most 8 in flight: 1): they
+    /// are refused and their successes lost. At least 3: calls 0, 2 and 4 retry. At 100%:
+    /// all five (call 2 finds 8 in flight, one held). A rate budget (Linkerd's) against
+    /// the same policy read as Envoy's.
+    #[test]
+    fn concurrency_budget_as_envoy_holds_it() {
+        let mut calls = Vec::new();
+        let mut attempts = Vec::new();
+        for i in 0..10_i64 {
+            let fails = i % 2 == 0;
+            let ms = 1_000_000;
+            let trace = format!("{i:032x}");
+            let mut tried = |attempt: i64, start: i64, ok: bool| {
+                attempts.push(AttemptRow {
+                    caller: Some("shop".into()),
+                    callee: Some("stock".into()),
+                    operation: Some("GET /stock".into()),
+                    trace_id: trace.clone(),
+                    logical_call_id: 1,
+                    attempt,
+                    outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
+                    start_ns: start * ms,
+                    end_ns: (start + 20) * ms,
+                })
+            };
+            tried(0, i, !fails);
+            if fails {
+                tried(1, i + 20, true);
+            }
+            calls.push(CallRow {
+                caller: Some("shop".into()),
+                callee: Some("stock".into()),
+                operation: Some("GET /stock".into()),
+                attempts: if fails { 2 } else { 1 },
+                final_outcome: Some("ok".into()),
+                weight: 1.0,
+                start_ns: i * ms,
+                end_ns: (i + if fails { 40 } else { 20 }) * ms,
+                trace_id: Some(trace),
+                logical_call_id: 1,
+                ..CallRow::default()
+            });
+        }
+        let envoy = |ratio: f64, min: u32| {
+            let p = Policy::parse(&format!(
+                r#"{{"edges": [{{"caller": "shop", "callee": "stock", "max_attempts": 2,
+                    "retry_budget_ratio": {ratio}, "min_retry_concurrency": {min}}}]}}"#
+            ))
+            .unwrap();
+            let r = replay(&calls, &attempts, &p);
+            let e = &r.edges[0];
+            (e.retries_replayed, e.counts.successes_lost)
+        };
+        assert_eq!(envoy(0.2, 1), (1.0, 4.0));
+        assert_eq!(envoy(0.2, 3), (3.0, 2.0));
+        assert_eq!(envoy(1.0, 1), (5.0, 0.0));
+        // At 50% as a rate budget each call deposits half a retry: calls 2, 4, 6 and 8
+        // retry. As Envoy's (a floor of 0/s: 1 concurrent), call 6 finds 6 in flight
+        // (calls 7-9, three retries held): a limit of 3, taken.
+        let rate = Policy::parse(
+            r#"{"edges": [{"caller": "shop", "callee": "stock", "max_attempts": 2,
+                "retry_budget_ratio": 0.5, "retry_budget_min_per_second": 0.0,
+                "timeout_ms": 200.0}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            replay(&calls, &attempts, &rate).edges[0].retries_replayed,
+            4.0
+        );
+        let as_envoy = rate.with_concurrency_budgets();
+        assert_eq!(as_envoy.edges[0].min_retry_concurrency, Some(1));
+        assert_eq!(
+            replay(&calls, &attempts, &as_envoy).edges[0].retries_replayed,
+            3.0
+        );
+        assert_eq!(crate::advice::min_retry_concurrency(10.0, Some(200.0)), 2);
     }
 
     fn call(attempts: i64, ok: bool, at_s: i64) -> CallRow {

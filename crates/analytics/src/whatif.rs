@@ -455,6 +455,7 @@ mod tests {
                         attempt: made,
                         outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
                         start_ns: call * 1_000_000 + made,
+                        end_ns: call * 1_000_000 + made,
                     });
                     made += 1;
                 }

@@ -122,6 +122,12 @@ enum Command {
         /// The policy: per edge max_attempts, retry_budget_ratio, retry_budget_min_per_second.
         #[arg(long, required = true)]
         policy: PathBuf,
+        /// How the policy's retry budgets run: as Linkerd's (and Gateway API's), a share of
+        /// the calls over 10 s; or as Envoy's (and Istio's), a share of the requests in
+        /// flight, at least min_retry_concurrency (from the floor where the policy names
+        /// none, as `advise --format envoy` emits it).
+        #[arg(long, value_enum, default_value_t = offline::BudgetAs::Linkerd)]
+        budget_as: offline::BudgetAs,
         #[command(flatten)]
         input: SpanFiles,
         /// Which edges to list (the totals cover every edge): by default those where the
@@ -425,11 +431,20 @@ fn main() -> ExitCode {
         }),
         Command::Replay {
             policy,
+            budget_as,
             input,
             listing,
         } => offline(input.config, |config| async move {
             let selection = listing.selection();
-            offline::replay(&config, &input.files, &policy, input.format, &selection).await
+            let files = &input.files;
+            offline::replay(
+                &config,
+                files,
+                (&policy, budget_as),
+                input.format,
+                &selection,
+            )
+            .await
         }),
         Command::Whatif {
             fail,

@@ -109,15 +109,30 @@ pub enum AdviceFormat {
     Linkerd,
 }
 
+/// How `replay` runs a policy's retry budgets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BudgetAs {
+    /// A share of the calls over 10 s (Linkerd's `retryBudget`, Gateway API's
+    /// `retryConstraint`).
+    #[value(alias = "gateway-api")]
+    Linkerd,
+    /// A share of the requests in flight (Envoy's and Istio's `retry_budget`).
+    #[value(alias = "istio")]
+    Envoy,
+}
+
 /// `stormglass replay --policy FILE FILE|DIR...`: the files' calls under the policy.
 pub async fn replay(
     config: &Config,
     paths: &[PathBuf],
-    policy: &Path,
+    (policy, budget_as): (&Path, BudgetAs),
     format: Format,
     selection: &Selection,
 ) -> anyhow::Result<()> {
-    let policy = read_policy(policy)?;
+    let mut policy = read_policy(policy)?;
+    if budget_as == BudgetAs::Envoy {
+        policy = policy.with_concurrency_budgets();
+    }
     let ctx = traffic(config, paths).await?;
     let (calls, attempts) = stormglass_analytics::replay::traffic(&ctx, &policy)
         .await

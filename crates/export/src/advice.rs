@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use stormglass_analytics::advice::{Advice, EdgeAdvice, worst_ms};
+use stormglass_analytics::advice::{Advice, EdgeAdvice, min_retry_concurrency, worst_ms};
 
 /// Seconds as protobuf's Duration JSON writes them (`0.450s`).
 fn duration(ms: f64) -> String {
@@ -161,11 +161,10 @@ fn deadline_ms(e: &EdgeAdvice, timeout: f64) -> f64 {
     worst_ms(e.max_attempts, timeout, e.backoff.initial_ms)
 }
 
-/// Concurrent retries the budget's floor allows: its rate over a try's timeout (Little's
-/// law), at least 1, as Envoy's and Istio's `min_retry_concurrency` counts them.
+/// Concurrent retries the budget's floor allows (`replay --budget-as envoy` holds them
+/// to the same number).
 fn min_concurrency(e: &EdgeAdvice) -> u32 {
-    let seconds = e.timeout_ms.unwrap_or(1000.0) / 1e3;
-    ((e.retry_budget_min_per_second * seconds).ceil() as u32).max(1)
+    min_retry_concurrency(e.retry_budget_min_per_second, e.timeout_ms)
 }
 
 /// Per (caller, callee): the caller's Envoy routes to the callee, one per operation
