@@ -1,12 +1,22 @@
-//! Golden results of every query on the fixtures: each table every query produces is
-//! rendered record by record, one `column=value` line per field prefixed by the record's
-//! key (floats to six significant digits; `null` where there is no value), the records
-//! sorted so plan order cannot matter, and compared with tests/golden/<fixture>/<table>.txt.
-//! A changed figure shows in a diff as one line naming its record and column.
+//! Golden results of every query on the fixtures, in tests/golden/<fixture>/:
 //!
-//! After an intended change, regenerate with
-//! `STORMGLASS_BLESS=1 cargo nextest run --workspace -E 'binary(golden)'`
-//! and review the diff like code.
+//! * the public report's tables (`edges`, `layers`, ...) as `<table>.txt`, record by
+//!   record, one `column=value` line per field prefixed by the record's key (floats to six
+//!   significant digits; `null` where there is no value), the records sorted so plan order
+//!   cannot matter: a changed figure shows in a diff as one line naming its record and
+//!   column;
+//! * the derived and partial tables (`attempts`, `p_edges`, ...) as `<table>.slt`,
+//!   queries and their expected rows in the style of DataFusion's sqllogictest: each
+//!   `query` block selects the columns it is about (a row's key columns, then a few
+//!   figures), its rows sorted, values space-separated (`NULL` where there is none, floats
+//!   to six significant digits). The queries are the file's: a new column is added to the
+//!   blocks, in the fixtures, where it means something, and no other file moves.
+//!
+//! No golden line is over 400 characters. After an intended change, regenerate with
+//! `STORMGLASS_BLESS=1 cargo nextest run --workspace -E 'binary(golden)'` and review the
+//! diff like code: blessing keeps each `.slt` file's queries and comments and rewrites
+//! their rows; a `.slt` file that does not exist yet is written with every column of its
+//! table, in blocks of a few.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use stormglass_testkit::fixtures;
@@ -14,8 +24,9 @@ use stormglass_testkit::fixtures;
 use std::path::PathBuf;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Float64Type};
+use arrow::datatypes::{DataType, Float64Type, Schema};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::prelude::SessionContext;
 use fixtures::Spans;
 use stormglass_analytics::{
     Engine,
@@ -23,6 +34,12 @@ use stormglass_analytics::{
     queries,
 };
 use stormglass_model::{Conventions, encode_request};
+
+/// The longest line a golden file may hold.
+const MAX_LINE: usize = 400;
+
+/// Value columns per generated `query` block, after the row's key columns.
+const BLOCK_COLUMNS: usize = 5;
 
 async fn check(name: &str, build: fn(&mut Spans, u32)) {
     let mut spans = Spans::default();
@@ -32,34 +49,24 @@ async fn check(name: &str, build: fn(&mut Spans, u32)) {
     let (batch, _) = encode_request(&conventions, &spans.request());
     let ctx = Engine::default().query_context(batch).await.unwrap();
 
-    let mut tables: Vec<String> = vec![LINEAGE.to_owned(), ATTEMPT_LINEAGE.to_owned()];
-    tables.extend(queries::DERIVED.iter().map(|q| q.name.to_owned()));
-    tables.extend(
-        queries::PARTIALS
-            .iter()
-            .map(|q| queries::merged_name(q.name)),
-    );
-    tables.extend(queries::REPORT.iter().map(|q| q.name.to_owned()));
-
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
     let bless = std::env::var_os("STORMGLASS_BLESS").is_some();
+    if bless {
+        std::fs::create_dir_all(&dir).unwrap();
+    }
     let mut mismatches = Vec::new();
-    for table in tables {
-        let batches = ctx
-            .table(table.as_str())
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
-        let rendered = records(&batches);
-        let path = dir.join(format!("{table}.txt"));
+    let mut compare = |path: PathBuf, rendered: String| {
+        if let Some(line) = rendered.lines().find(|l| l.chars().count() > MAX_LINE) {
+            mismatches.push(format!(
+                "{}: a line over {MAX_LINE} characters (split its query): {line}",
+                path.display()
+            ));
+        }
         if bless {
-            std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(&path, &rendered).unwrap();
-            continue;
+            return;
         }
         let expected = std::fs::read_to_string(&path)
             .unwrap_or_else(|_| panic!("missing {}; run with STORMGLASS_BLESS=1", path.display()));
@@ -69,12 +76,180 @@ async fn check(name: &str, build: fn(&mut Spans, u32)) {
                 path.display()
             ));
         }
+    };
+
+    for table in queries::REPORT.iter().map(|q| q.name) {
+        let batches = ctx.table(table).await.unwrap().collect().await.unwrap();
+        compare(dir.join(format!("{table}.txt")), records(&batches));
+    }
+    let mut tables: Vec<String> = vec![LINEAGE.to_owned(), ATTEMPT_LINEAGE.to_owned()];
+    tables.extend(queries::DERIVED.iter().map(|q| q.name.to_owned()));
+    tables.extend(
+        queries::PARTIALS
+            .iter()
+            .map(|q| queries::merged_name(q.name)),
+    );
+    for table in tables {
+        let path = dir.join(format!("{table}.slt"));
+        let blocks = match std::fs::read_to_string(&path) {
+            Ok(text) => parse(&text),
+            Err(_) if bless => {
+                let schema = ctx.table(table.as_str()).await.unwrap().schema().clone();
+                every_column(name, &table, schema.as_arrow())
+            }
+            Err(_) => panic!("missing {}; run with STORMGLASS_BLESS=1", path.display()),
+        };
+        compare(path, run(&ctx, &blocks).await);
     }
     assert!(
         mismatches.is_empty(),
         "golden mismatches:\n{}",
         mismatches.join("\n")
     );
+}
+
+/// One `query` block of a `.slt` golden: the comment lines before it and its SQL.
+struct Block {
+    comments: Vec<String>,
+    sql: String,
+}
+
+/// The blocks of a `.slt` golden, their expected rows dropped (they are rendered again).
+fn parse(text: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut comments = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.starts_with('#') {
+            comments.push(line.to_owned());
+        } else if line.starts_with("query ") {
+            let sql: Vec<&str> = lines.by_ref().take_while(|l| *l != "----").collect();
+            lines.by_ref().take_while(|l| !l.is_empty()).for_each(drop);
+            blocks.push(Block {
+                comments: std::mem::take(&mut comments),
+                sql: sql.join("\n"),
+            });
+        }
+    }
+    blocks
+}
+
+/// Blocks selecting every column of `table`: its key columns, then a few others each.
+fn every_column(fixture: &str, table: &str, schema: &Schema) -> Vec<Block> {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let keys = schema
+        .fields()
+        .iter()
+        .take(3)
+        .take_while(|f| is_key(f.data_type()))
+        .count();
+    let (key, values) = names.split_at(keys);
+    let groups: Vec<&[&str]> = if values.is_empty() {
+        vec![&[]]
+    } else {
+        values.chunks(BLOCK_COLUMNS).collect()
+    };
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| Block {
+            comments: if i == 0 {
+                vec![format!(
+                    "# {table} on the {fixture} fixture: each query selects the columns it is about."
+                )]
+            } else {
+                Vec::new()
+            },
+            sql: format!("SELECT {} FROM {table}", [key, group].concat().join(", ")),
+        })
+        .collect()
+}
+
+/// Run each block and render it: its comments, `query <types> rowsort`, its SQL, `----`
+/// and its rows, sorted.
+async fn run(ctx: &SessionContext, blocks: &[Block]) -> String {
+    let mut out = String::new();
+    for (i, block) in blocks.iter().enumerate() {
+        let frame = ctx
+            .sql(&block.sql)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", block.sql));
+        let types: String = (frame.schema().fields().iter())
+            .map(|f| kind(f.data_type()))
+            .collect();
+        let batches = frame.collect().await.unwrap();
+        let mut rows: Vec<String> = batches
+            .iter()
+            .flat_map(|b| cells(b).into_iter().map(|row| row.join(" ")))
+            .collect();
+        rows.sort_unstable();
+        if i > 0 {
+            out.push('\n');
+        }
+        for comment in &block.comments {
+            out.push_str(comment);
+            out.push('\n');
+        }
+        out.push_str(&format!("query {types} rowsort\n{}\n----\n", block.sql));
+        for row in rows {
+            out.push_str(&row);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// sqllogictest's letter for a column's type.
+fn kind(t: &DataType) -> char {
+    match t {
+        DataType::Boolean => 'B',
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => 'R',
+        t if t.is_integer() => 'I',
+        DataType::Timestamp(..) => 'P',
+        t if is_key(t) || matches!(t, DataType::LargeUtf8) => 'T',
+        _ => '?',
+    }
+}
+
+/// The columns that name a row (its leading ones of these types, at most three).
+fn is_key(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8
+            | DataType::Utf8View
+            | DataType::Dictionary(..)
+            | DataType::FixedSizeBinary(_)
+            | DataType::Binary
+    )
+}
+
+/// Each row's values as the goldens print them: floats to six significant digits, `NULL`
+/// where there is no value, `(empty)` for an empty string.
+fn cells(batch: &RecordBatch) -> Vec<Vec<String>> {
+    let options = FormatOptions::default().with_null("NULL");
+    let formatters: Vec<ArrayFormatter> = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+        .collect();
+    (0..batch.num_rows())
+        .map(|row| {
+            batch
+                .columns()
+                .iter()
+                .zip(&formatters)
+                .map(|(column, formatter)| match column.data_type() {
+                    DataType::Float64 if column.is_valid(row) => {
+                        significant(column.as_primitive::<Float64Type>().value(row))
+                    }
+                    _ => match formatter.value(row).to_string() {
+                        empty if empty.is_empty() => "(empty)".to_owned(),
+                        value => value,
+                    },
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The batches' rows, sorted (by their whole rendering, so plan order cannot matter), each
@@ -104,15 +279,10 @@ fn records(batches: &[RecordBatch]) -> String {
                         }
                         _ => formatter.value(row).to_string(),
                     };
-                    let key = matches!(
-                        column.data_type(),
-                        DataType::Utf8
-                            | DataType::Utf8View
-                            | DataType::Dictionary(..)
-                            | DataType::FixedSizeBinary(_)
-                            | DataType::Binary
-                    );
-                    (format!("{}={value}", field.name()), key)
+                    (
+                        format!("{}={value}", field.name()),
+                        is_key(column.data_type()),
+                    )
                 })
                 .collect();
             rows.push(cells);
