@@ -7,6 +7,8 @@
 --   retried_failed_share    retried logical calls (more than one attempt) whose last attempt
 --                           failed / retried logical calls (retried_calls)
 --   retry_ratio             retry attempts / first attempts
+--   hedge_ratio             hedged attempts / first attempts: the load hedging adds (a
+--                           hedging delay at the callee's P95 hedges about 5% of calls)
 --   edge_amplification      attempts / logical calls
 --   timeout_rate            attempts ending in `deadline` / attempts
 --   timeout_ms              the configured timeout: the most common exact attempt budget when
@@ -89,7 +91,7 @@
 --   layers, clock_skew, retry_budgets, params.
 -- Output: caller, callee, operation, logical_calls, attempts, retry_attempts,
 --   raw_success_rate, effective_success_rate, attempt_success_rate, retry_contribution,
---   retry_success_rate, retried_calls, retried_failed_share, retry_ratio,
+--   retry_success_rate, retried_calls, retried_failed_share, retry_ratio, hedge_ratio,
 --   timed_out_server_ok_share, edge_amplification, timeout_rate, max_attempt, max_outer_attempt,
 --   timeout_ms,
 --   callee_p999_ms, callee_latency_source, timeout_below_tail, recommended_timeout_ms, timeout_kill_share,
@@ -310,6 +312,7 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   CAST(ROUND(e.retried_calls) AS BIGINT) AS retried_calls,
   CAST(e.retried_failed_calls AS DOUBLE) / NULLIF(e.retried_calls, 0) AS retried_failed_share,
   CAST(e.retry_attempts AS DOUBLE) / NULLIF(e.first_attempts, 0) AS retry_ratio,
+  CAST(e.hedged_attempts AS DOUBLE) / NULLIF(e.first_attempts, 0) AS hedge_ratio,
   CAST(e.attempts AS DOUBLE) / NULLIF(e.logical_calls, 0) AS edge_amplification,
   CAST(e.timeout_attempts AS DOUBLE) / NULLIF(e.attempts, 0) AS timeout_rate,
   CAST(e.timed_out_server_ok_attempts AS DOUBLE) / NULLIF(e.timed_out_served_attempts, 0)

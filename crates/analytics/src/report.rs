@@ -66,6 +66,9 @@ pub struct EdgeFigures {
     #[serde(default)]
     pub retried_failed_share: Option<f64>,
     pub retry_ratio: Option<f64>,
+    /// Hedged attempts / first attempts: the load hedging adds.
+    #[serde(default)]
+    pub hedge_ratio: Option<f64>,
     #[serde(default)]
     pub retries_by_cause: BTreeMap<String, u64>,
     pub edge_amplification: Option<f64>,
