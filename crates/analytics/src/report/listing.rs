@@ -1,0 +1,286 @@
+//! Which part of a report a reader gets: the worst edges and layers up to a limit, around
+//! a service, caller or callee, and at most so many findings of a kind, with totals.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Coverage, EdgeFigures, FindingTotal, LayerFigures, Report};
+
+/// Edges and layers a report lists by default (`?limit=`, `analyze --limit`).
+pub const DEFAULT_LIMIT: usize = 200;
+
+/// The order a limited report lists edges and layers in (the report's `listing.order`).
+pub const IMPACT_ORDER: &str = "edges by failed plus retried attempts, then attempts; \
+    layers by requests above their baseline (retries from upstream), then requests; most first";
+
+/// Which part of a window's report a reader asks for: the worst `limit` edges and layers
+/// (all with `None`), around one `service` (its calls in and out, its layer) or one `caller`
+/// or `callee`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    pub limit: Option<usize>,
+    pub service: Option<String>,
+    pub caller: Option<String>,
+    pub callee: Option<String>,
+}
+
+/// What a selected report lists: per list, how many the window holds under the filters and
+/// how many are listed, and whether any was left out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    pub order: String,
+    pub edges: u64,
+    pub edges_listed: u64,
+    pub layers: u64,
+    pub layers_listed: u64,
+    pub truncated: bool,
+}
+
+impl Listing {
+    /// In `order`, `(selected, listed)` edges and layers; truncated when fewer are listed.
+    pub fn of(order: &str, (edges, edges_listed): (usize, usize), layers: (usize, usize)) -> Self {
+        Listing {
+            order: order.to_owned(),
+            edges: edges as u64,
+            edges_listed: edges_listed as u64,
+            layers: layers.0 as u64,
+            layers_listed: layers.1 as u64,
+            truncated: edges_listed < edges || layers.1 < layers.0,
+        }
+    }
+}
+
+impl Selection {
+    fn names(&self, caller: &str, callee: &str) -> bool {
+        self.service
+            .as_ref()
+            .is_none_or(|s| caller == s || callee == s)
+            && self.caller.as_ref().is_none_or(|c| caller == c)
+            && self.callee.as_ref().is_none_or(|c| callee == c)
+    }
+
+    fn filtered(&self) -> bool {
+        self.service.is_some() || self.caller.is_some() || self.callee.is_some()
+    }
+
+    /// Keep the edges of `items` this selection selects (`names` gives an item's caller and
+    /// callee), at most its limit of them, the worst first by `worse` (`Less` for the worse
+    /// of two), each kept in its place: returns how many it selected before the limit.
+    pub fn keep_edges<T>(
+        &self,
+        items: &mut Vec<T>,
+        names: impl Fn(&T) -> (&str, &str),
+        worse: impl Fn(&T, &T) -> std::cmp::Ordering,
+    ) -> usize {
+        items.retain(|item| {
+            let (caller, callee) = names(item);
+            self.names(caller, callee)
+        });
+        let selected = items.len();
+        keep_worst(items, self.limit, worse);
+        selected
+    }
+
+    /// The services of the edges of `items` this selection selects (and the selected
+    /// service), for the layers listed beside them; `None` when nothing is filtered (every
+    /// layer).
+    pub fn services<T>(
+        &self,
+        items: &[T],
+        names: impl Fn(&T) -> (&str, &str),
+    ) -> Option<HashSet<String>> {
+        self.filtered().then(|| {
+            items
+                .iter()
+                .map(&names)
+                .filter(|&(caller, callee)| self.names(caller, callee))
+                .flat_map(|(caller, callee)| [caller, callee])
+                .chain(self.service.as_deref())
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+}
+
+/// Keep at most `limit` of `items`, the worst first by `worse`, each in its place.
+pub fn keep_worst<T>(
+    items: &mut Vec<T>,
+    limit: Option<usize>,
+    worse: impl Fn(&T, &T) -> std::cmp::Ordering,
+) {
+    let limit = limit.unwrap_or(usize::MAX);
+    if items.len() <= limit {
+        return;
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| worse(&items[a], &items[b]).then(a.cmp(&b)));
+    let mut kept = vec![false; items.len()];
+    for &i in &order[..limit] {
+        kept[i] = true;
+    }
+    let mut kept = kept.into_iter();
+    items.retain(|_| kept.next().unwrap_or(false));
+}
+
+/// An edge's impact: its failed attempts plus its retries, then its attempts.
+fn edge_impact(e: &EdgeFigures) -> (u64, u64) {
+    let ok = e
+        .attempt_success_rate
+        .map_or(0, |r| (r * e.attempts as f64).round() as u64);
+    (e.attempts.saturating_sub(ok) + e.retry_attempts, e.attempts)
+}
+
+impl Report {
+    /// The part of this report `selection` asks for: edges (with their coverage), findings
+    /// and orphans of the selected calls, the layers of the selected services, the worst
+    /// first ([`IMPACT_ORDER`]) up to the limit, with `listing` saying what was left out.
+    /// Window figures, entries, traces and alerts stay whole.
+    pub fn select(&self, selection: &Selection) -> Report {
+        let mut edges: Vec<&EdgeFigures> = self.edges.iter().collect();
+        // Around a service, its own layer; around a caller or callee, the layers the
+        // selected calls reach (all of them, before the limit).
+        let services = selection.services(&edges, |e| (&e.caller, &e.callee));
+        let edge_total = selection.keep_edges(
+            &mut edges,
+            |e| (&e.caller, &e.callee),
+            |a, b| edge_impact(b).cmp(&edge_impact(a)),
+        );
+        let listed: HashSet<(&str, &str, &str)> = edges
+            .iter()
+            .map(|e| (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()))
+            .collect();
+        let mut layers: Vec<&LayerFigures> = self
+            .layers
+            .iter()
+            .filter(|l| services.as_ref().is_none_or(|s| s.contains(&l.service)))
+            .collect();
+        let layer_total = layers.len();
+        let excess =
+            |l: &LayerFigures| (l.requests.saturating_sub(l.baseline_attempts), l.requests);
+        keep_worst(&mut layers, selection.limit, |a, b| {
+            excess(b).cmp(&excess(a))
+        });
+        let keep = |caller: &str, callee: &str| selection.names(caller, callee);
+        let listing = Listing::of(
+            IMPACT_ORDER,
+            (edge_total, edges.len()),
+            (layer_total, layers.len()),
+        );
+        Report {
+            window: self.window.clone(),
+            edges: edges.into_iter().cloned().collect(),
+            layers: layers.into_iter().cloned().collect(),
+            entries: self.entries.clone(),
+            traces: self.traces.clone(),
+            orphans: self
+                .orphans
+                .iter()
+                .filter(|o| keep(&o.caller, &o.callee))
+                .cloned()
+                .collect(),
+            findings: self
+                .findings
+                .iter()
+                .filter(|f| keep(&f.caller, &f.callee))
+                .cloned()
+                .collect(),
+            finding_totals: self.finding_totals.clone(),
+            coverage: Coverage {
+                services: self.coverage.services.clone(),
+                edges: self
+                    .coverage
+                    .edges
+                    .iter()
+                    .filter(|c| {
+                        listed.contains(&(
+                            c.caller.as_str(),
+                            c.callee.as_str(),
+                            c.operation.as_str(),
+                        ))
+                    })
+                    .cloned()
+                    .collect(),
+            },
+            alerts: self.alerts.clone(),
+            listing: Some(listing),
+            figures: self.figures,
+        }
+    }
+}
+
+impl Report {
+    /// List at most `max_per_kind` findings of each kind, the highest counts first (ties in
+    /// caller, callee, operation order), and count every kind's in `finding_totals`. Alerts
+    /// are evaluated before, over every finding.
+    pub fn bound_findings(&mut self, max_per_kind: usize) {
+        let mut findings = std::mem::take(&mut self.findings);
+        findings.sort_by(|a, b| {
+            (
+                a.kind.as_str(),
+                std::cmp::Reverse(a.count),
+                &a.caller,
+                &a.callee,
+                &a.operation,
+            )
+                .cmp(&(
+                    b.kind.as_str(),
+                    std::cmp::Reverse(b.count),
+                    &b.caller,
+                    &b.callee,
+                    &b.operation,
+                ))
+        });
+        let mut totals: Vec<FindingTotal> = Vec::new();
+        for finding in findings {
+            if totals.last().is_none_or(|t| t.kind != finding.kind) {
+                totals.push(FindingTotal {
+                    kind: finding.kind.clone(),
+                    severity: finding.severity.clone(),
+                    findings: 0,
+                    listed: 0,
+                    count: 0,
+                });
+            }
+            let Some(total) = totals.last_mut() else {
+                continue;
+            };
+            total.findings += 1;
+            total.count += finding.count;
+            if (total.listed as usize) < max_per_kind {
+                total.listed += 1;
+                self.findings.push(finding);
+            }
+        }
+        self.finding_totals = totals;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Selection, keep_worst};
+
+    /// The worst are kept in their places, ties to the first; a selection filters by
+    /// caller and callee before its limit and counts what it selected.
+    #[test]
+    fn the_worst_are_kept_in_place() {
+        let mut items = vec![3, 9, 1, 9, 4, 7];
+        keep_worst(&mut items, Some(3), |a, b| b.cmp(a));
+        assert_eq!(items, [9, 9, 7]);
+        let mut items = vec![3, 9, 1];
+        keep_worst(&mut items, None, |a, b| b.cmp(a));
+        assert_eq!(items, [3, 9, 1]);
+
+        let mut edges = vec![("a", "b", 5), ("a", "c", 1), ("b", "c", 9), ("a", "d", 3)];
+        let selection = Selection {
+            limit: Some(2),
+            caller: Some("a".into()),
+            ..Selection::default()
+        };
+        let services = selection.services(&edges, |e| (e.0, e.1)).unwrap();
+        assert_eq!(services.len(), 4, "{services:?}");
+        let selected = selection.keep_edges(&mut edges, |e| (e.0, e.1), |x, y| y.2.cmp(&x.2));
+        assert_eq!(selected, 3);
+        assert_eq!(edges, [("a", "b", 5), ("a", "d", 3)]);
+    }
+}
