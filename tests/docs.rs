@@ -2,8 +2,8 @@
 //! and CHANGELOG.md resolves (to a file, and to a heading where it names one), the
 //! metrics reference (docs/metrics.md and the self-metrics of docs/operating.md) lists
 //! exactly the families `/metrics` exports, the figures reference (docs/figures.md) every
-//! figure of a report's edge, and the crates depend on each other as docs/architecture.md
-//! says.
+//! figure of a report's edges, layers and entries, and the crates depend on each other as
+//! docs/architecture.md says.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -159,14 +159,23 @@ fn metrics_reference_lists_what_metrics_exports() {
     assert!(missing.is_empty(), "documented, not exported: {missing:?}");
 }
 
-/// Fields of a report edge that name it or count it rather than define a figure.
-const EDGE_NAMES: [&str; 5] = ["caller", "callee", "operation", "logical_calls", "attempts"];
+/// Each figures table of docs/figures.md, by its header's first cell: the report list
+/// whose rows it defines, and the fields that name a row rather than define a figure.
+const FIGURE_TABLES: [(&str, &str, &[&str]); 3] = [
+    (
+        "| figure |",
+        "edges",
+        &["caller", "callee", "operation", "logical_calls", "attempts"],
+    ),
+    ("| layer figure |", "layers", &["service"]),
+    ("| entry figure |", "entries", &["service", "operation"]),
+];
 
-/// The per-edge table of docs/figures.md (its first) lists exactly the figures of an edge
-/// in the JSON report: a figure added to the report without its line, or a line left for a
-/// figure gone, fails here.
+/// The figures tables of docs/figures.md (per edge, layer and entry operation) list
+/// exactly the figures of their rows in the JSON report: a figure added to the report
+/// without its line, or a line left for a figure gone, fails here.
 #[test]
-fn figures_reference_lists_every_edge_figure() {
+fn figures_reference_lists_every_figure() {
     let dir = common::temp_dir("docs-figures");
     let mut spans = stormglass_testkit::fixtures::Spans::default();
     stormglass_testkit::fixtures::storm(&mut spans, 1);
@@ -176,37 +185,42 @@ fn figures_reference_lists_every_edge_figure() {
         common::stormglass(&["analyze", "--format", "json", file.to_str().unwrap()]);
     assert!(ok, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let reported: BTreeSet<String> = report["edges"][0]
-        .as_object()
-        .unwrap()
-        .keys()
-        .filter(|k| !EDGE_NAMES.contains(&k.as_str()))
-        .cloned()
-        .collect();
     let text = std::fs::read_to_string(repo_root().join("docs/figures.md")).unwrap();
-    let table = text
-        .lines()
-        .skip_while(|l| !l.starts_with("| figure |"))
-        .skip(2)
-        .take_while(|l| l.starts_with('|'));
-    let documented: BTreeSet<String> = table
-        .flat_map(|line| {
-            let first = line.split('|').nth(1).unwrap_or_default();
-            first
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let undocumented: Vec<&String> = reported.difference(&documented).collect();
-    assert!(
-        undocumented.is_empty(),
-        "reported, not documented: {undocumented:?}"
-    );
-    let gone: Vec<&String> = documented.difference(&reported).collect();
-    assert!(gone.is_empty(), "documented, not reported: {gone:?}");
+    for (header, list, names) in FIGURE_TABLES {
+        let reported: BTreeSet<String> = report[list][0]
+            .as_object()
+            .unwrap_or_else(|| panic!("no {list} in the report"))
+            .keys()
+            .filter(|k| !names.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        let table = text
+            .lines()
+            .skip_while(|l| !l.starts_with(header))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'));
+        let documented: BTreeSet<String> = table
+            .flat_map(|line| {
+                let first = line.split('|').nth(1).unwrap_or_default();
+                first
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let undocumented: Vec<&String> = reported.difference(&documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "{list}: reported, not documented: {undocumented:?}"
+        );
+        let gone: Vec<&String> = documented.difference(&reported).collect();
+        assert!(
+            gone.is_empty(),
+            "{list}: documented, not reported: {gone:?}"
+        );
+    }
 }
 
 /// The stages in the order the data flows; `model`, `runtime` and `demo` are beside them.
