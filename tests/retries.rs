@@ -674,6 +674,12 @@ fn replay_predicts_envoys_retry_budget() {
             (count("calls"), count("retries")),
             (Some(calls), Some(calls))
         );
+        let budget = if model == "envoy" {
+            "concurrency"
+        } else {
+            "rate"
+        };
+        assert_eq!(e["budget"], budget, "{e:#}");
         (
             count("retries_replayed"),
             count("successes_lost"),

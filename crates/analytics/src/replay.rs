@@ -90,6 +90,10 @@ pub struct EdgeReplay {
     pub operation: String,
     /// The policy's attempts for the edge; null where the policy does not name it.
     pub max_attempts: Option<u32>,
+    /// How the policy holds its retries back beyond the cap, as replayed: `rate`
+    /// (Linkerd's budget), `concurrency` (Envoy's and Istio's), `token_bucket` (gRPC's
+    /// throttling); null without.
+    pub budget: Option<&'static str>,
     #[serde(flatten)]
     pub counts: ReplayCounts,
     pub success_rate: Option<f64>,
@@ -545,6 +549,12 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
                 callee: callee.to_owned(),
                 operation: operation.to_owned(),
                 max_attempts: p.map(|p| p.max_attempts),
+                budget: p.and_then(|p| match (p.retry_throttling, Budget::of(p)) {
+                    (Some(_), _) => Some("token_bucket"),
+                    (None, Some(Budget::Rate { .. })) => Some("rate"),
+                    (None, Some(Budget::Concurrency { .. })) => Some("concurrency"),
+                    (None, None) => None,
+                }),
                 counts: ReplayCounts {
                     calls: s.calls,
                     attempts: s.attempts,
@@ -788,6 +798,15 @@ mod tests {
             (e.retries_replayed, e.counts.successes_lost)
         };
         assert_eq!(envoy(0.2, 1), (1.0, 4.0));
+        let p = Policy::parse(
+            r#"{"edges": [{"caller": "shop", "callee": "stock", "max_attempts": 2,
+                "retry_budget_ratio": 0.2, "min_retry_concurrency": 1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            replay(&calls, &attempts, &p).edges[0].budget,
+            Some("concurrency")
+        );
         assert_eq!(envoy(0.2, 3), (3.0, 2.0));
         assert_eq!(envoy(1.0, 1), (5.0, 0.0));
         // At 50% as a rate budget each call deposits half a retry: calls 2, 4, 6 and 8
@@ -799,9 +818,10 @@ mod tests {
                 "timeout_ms": 200.0}]}"#,
         )
         .unwrap();
+        let r = replay(&calls, &attempts, &rate);
         assert_eq!(
-            replay(&calls, &attempts, &rate).edges[0].retries_replayed,
-            4.0
+            (r.edges[0].retries_replayed, r.edges[0].budget),
+            (4.0, Some("rate"))
         );
         let as_envoy = rate.with_concurrency_budgets();
         assert_eq!(as_envoy.edges[0].min_retry_concurrency, Some(1));

@@ -310,6 +310,7 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
                 e.operation.clone(),
                 e.max_attempts
                     .map_or_else(|| "as seen".to_owned(), |m| m.to_string()),
+                e.budget.unwrap_or("-").replace('_', " "),
                 format!("{:.0} -> {:.0}", e.counts.calls, e.counts.calls_replayed),
                 format!(
                     "{:.0} -> {:.0}",
@@ -332,6 +333,7 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
             "edge",
             "operation",
             "attempts",
+            "budget",
             "calls",
             "attempts sent",
             "retries dropped",
