@@ -338,7 +338,8 @@ fn mesh_objects_follow_the_upstream_schemas() {
 }
 
 /// `replay` of the observed calls under a policy that allows `inventory` one attempt drops
-/// the 10 retries of the 40 calls and loses the 10 successes they made; `whatif --policy`
+/// the 10 retries of the 40 calls and loses the 10 successes they made, at `inventory` and
+/// above it at `order`; `whatif --policy`
 /// with the advised policy predicts `inventory` at its retry budget (1.2x) when it fails,
 /// where the observed policy (2 attempts) predicts 2x.
 #[test]
@@ -365,6 +366,9 @@ fn replay_and_whatif_under_a_policy() {
     let gateway = replayed_edge(&replayed, "order");
     assert_eq!(gateway["max_attempts"], Value::Null, "as seen: {gateway:#}");
     assert_eq!(gateway["retries_dropped"], 0.0);
+    // order fails the requests whose inventory call now fails: gateway loses them too.
+    assert_eq!(gateway["successes_lost_below"], 10.0, "{gateway:#}");
+    assert_eq!(gateway["success_rate_replayed"], 0.75, "{gateway:#}");
 
     let (ok, advice, stderr) = stormglass(&["advise", "--format", "json", &file]);
     assert!(ok, "{stderr}");

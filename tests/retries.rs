@@ -625,8 +625,9 @@ const BUDGET_BURSTS: u64 = 5;
 /// `replay --budget-as envoy` from the spans of the same bursts through an Envoy without
 /// one: each burst's ten first tries fail together, the first retry holds the one place
 /// while the others are decided, so Envoy lets one retry through per burst and `replay`
-/// keeps the same one. The same ratio as a rate budget (Linkerd's, the default) keeps more:
-/// by the fifth burst its deposits cover 7.
+/// keeps the same one, and above Envoy the calls `shop` made lose what they lost through
+/// the Envoy with the budget. The same ratio as a rate budget (Linkerd's, the default)
+/// keeps more: by the fifth burst its deposits cover 7.
 #[test]
 fn replay_predicts_envoys_retry_budget() {
     let (server, dir, out) =
@@ -690,6 +691,35 @@ fn replay_predicts_envoys_retry_budget() {
     let (retries, lost, at) = replayed("envoy");
     assert_eq!(retries, Some(made), "{at} {truth}");
     assert_eq!(lost, Some(calls - made), "{at}");
+    // Above Envoy, shop's calls lose the same successes: as many as shop saw through the
+    // Envoy with the budget.
+    let (ok, stdout, stderr) = stormglass(&[
+        "replay",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--budget-as",
+        "envoy",
+        "--format",
+        "json",
+        "--all",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let r: Value = serde_json::from_str(&stdout).unwrap();
+    let shop = (r["edges"].as_array().unwrap().iter())
+        .find(|e| e["caller"] == "shop" && e["callee"] == "shop-envoy-free")
+        .unwrap_or_else(|| panic!("no edge into Envoy: {r:#}"));
+    assert_eq!(
+        shop["successes_lost_below"].as_f64(),
+        Some((calls - made) as f64),
+        "{shop:#}"
+    );
+    let seen = truth["shop-budget"]["200"].as_f64().unwrap() / calls as f64;
+    assert_eq!(
+        shop["success_rate_replayed"].as_f64(),
+        Some(seen),
+        "{shop:#} {truth}"
+    );
     let (retries, _, at) = replayed("linkerd");
     assert!(retries > Some(made), "{at}");
 }

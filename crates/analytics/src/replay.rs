@@ -121,6 +121,10 @@ pub struct ReplayCounts {
     pub retries_dropped_by_budget: f64,
     /// Calls that succeeded as observed and would fail under the policy.
     pub successes_lost: f64,
+    /// Calls that succeeded as observed, kept their answering attempt, and would fail
+    /// because a call that attempt made fails under the policy (a service fails the
+    /// request it serves when its call fails, as `whatif` takes it).
+    pub successes_lost_below: f64,
 }
 
 impl std::ops::AddAssign<&ReplayCounts> for ReplayCounts {
@@ -133,6 +137,7 @@ impl std::ops::AddAssign<&ReplayCounts> for ReplayCounts {
         self.attempts_not_called += o.attempts_not_called;
         self.retries_dropped_by_budget += o.retries_dropped_by_budget;
         self.successes_lost += o.successes_lost;
+        self.successes_lost_below += o.successes_lost_below;
     }
 }
 
@@ -514,8 +519,22 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
     for i in order {
         pass.decide(i);
     }
+    // A success on an attempt no longer sent is lost.
+    let own: Vec<f64> = calls
+        .iter()
+        .zip(&pass.decided)
+        .map(|(c, decided)| {
+            let sent = decided.map_or(0.0, |d| d.sent);
+            let ok = c.final_outcome.as_deref() == Some("ok");
+            match plans[&key_of(c)].throttled {
+                Some((_, per_call)) => per_call,
+                None => f64::from(u8::from(ok && c.attempts.max(1) as f64 > sent)),
+            }
+        })
+        .collect();
+    let below = lost_below(calls, &pass.index, &own);
     let mut cascaded: HashMap<Key, Cascade> = HashMap::new();
-    for (c, decided) in calls.iter().zip(&pass.decided) {
+    for (i, (c, decided)) in calls.iter().zip(&pass.decided).enumerate() {
         let key = key_of(c);
         let plan = plans[&key];
         let Some(Decided { made, sent }) = *decided else {
@@ -524,11 +543,7 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         let attempts = c.attempts.max(1) as f64;
         let capped = c.attempts.max(1).min(plan.cap) as f64;
         let ok = c.final_outcome.as_deref() == Some("ok");
-        // A success on an attempt no longer sent is lost.
-        let lost = match plan.throttled {
-            Some((_, per_call)) => per_call,
-            None => f64::from(u8::from(ok && attempts > sent)),
-        };
+        let lost = own[i];
         let e = cascaded.entry(key).or_default();
         let w = c.weight;
         e.calls += w * made;
@@ -537,6 +552,7 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
         e.by_budget += w * made * (capped - sent);
         e.successes += w * made * f64::from(u8::from(ok));
         e.lost += w * made * lost;
+        e.lost_below += w * made * (1.0 - lost).max(0.0) * below[i];
     }
     let mut edges: Vec<EdgeReplay> = sums
         .into_iter()
@@ -564,9 +580,10 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
                     attempts_not_called: c.not_called,
                     retries_dropped_by_budget: c.by_budget,
                     successes_lost: c.lost,
+                    successes_lost_below: c.lost_below,
                 },
                 success_rate: ratio(s.successes, s.calls),
-                success_rate_replayed: ratio(c.successes - c.lost, c.calls),
+                success_rate_replayed: ratio(c.successes - c.lost - c.lost_below, c.calls),
                 load_saved: ratio(s.attempts - replayed, s.attempts),
                 retries: s.attempts - s.calls,
                 retries_replayed: replayed - c.calls,
@@ -587,6 +604,54 @@ pub fn replay(calls: &[CallRow], attempts: &[AttemptRow], policy: &Policy) -> Re
 
 type Key<'a> = (&'a str, &'a str, &'a str);
 
+/// Per call, the share of its observed success lost below it: the calls made for its
+/// answering (last) attempt that fail under the policy, at their own edge or below, fail
+/// that attempt (`own`: each call's share lost at its own edge). A call that failed as
+/// observed loses nothing and passes nothing up. Children first, over an explicit stack;
+/// a chain met again while being walked (which a trace cannot hold) is cut there.
+fn lost_below(calls: &[CallRow], index: &HashMap<(&str, i64), usize>, own: &[f64]) -> Vec<f64> {
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); calls.len()];
+    for (i, c) in calls.iter().enumerate() {
+        let upstream = (c.trace_id.as_deref().zip(c.upstream_call_id))
+            .and_then(|(trace, call)| index.get(&(trace, call)).copied());
+        if let Some(u) = upstream.filter(|&u| u != i)
+            && c.upstream_attempt == Some(calls[u].attempts.max(1) - 1)
+        {
+            children[u].push(i);
+        }
+    }
+    let mut below = vec![0.0; calls.len()];
+    let mut failed = vec![0.0; calls.len()];
+    let (mut done, mut walking) = (vec![false; calls.len()], vec![false; calls.len()]);
+    for root in 0..calls.len() {
+        let mut stack = vec![(root, false)];
+        while let Some((i, expanded)) = stack.pop() {
+            if done[i] {
+                continue;
+            }
+            if !expanded {
+                walking[i] = true;
+                stack.push((i, true));
+                stack.extend(
+                    children[i]
+                        .iter()
+                        .filter(|&&c| !walking[c])
+                        .map(|&c| (c, false)),
+                );
+                continue;
+            }
+            done[i] = true;
+            if calls[i].final_outcome.as_deref() != Some("ok") {
+                continue;
+            }
+            let kept: f64 = children[i].iter().map(|&c| 1.0 - failed[c]).product();
+            below[i] = 1.0 - kept;
+            failed[i] = 1.0 - (1.0 - own[i]).max(0.0) * kept;
+        }
+    }
+    below
+}
+
 fn key_of(c: &CallRow) -> Key<'_> {
     (name(&c.caller), name(&c.callee), name(&c.operation))
 }
@@ -600,6 +665,7 @@ struct Cascade {
     by_budget: f64,
     successes: f64,
     lost: f64,
+    lost_below: f64,
 }
 
 /// What pass two decided for a call: the share of it still made (the product, up its
@@ -912,6 +978,56 @@ mod tests {
         let r = replay(&calls, &[], &Policy::parse(r#"{"edges": []}"#).unwrap());
         assert_eq!(r.edges[0].counts.calls_replayed, 3.0);
         assert_eq!(r.edges[0].counts.attempts_not_called, 0.0);
+    }
+
+    /// A success lost below fails the calls above it: gateway -> api (answered on its
+    /// only attempt) made api -> db, answered on db's second attempt. Capped at one
+    /// attempt at api -> db, the db call fails, so api's attempt fails and gateway's call
+    /// loses its success (below, not at its own edge). A db call made for an attempt
+    /// before the answering one takes nothing up: that attempt had failed already.
+    #[test]
+    fn a_success_lost_below_is_lost_above() {
+        let row = |caller: &str, callee: &str, id: i64, attempts: i64, up: Option<i64>| CallRow {
+            caller: Some(caller.into()),
+            callee: Some(callee.into()),
+            operation: Some("op".into()),
+            attempts,
+            final_outcome: Some("ok".into()),
+            weight: 1.0,
+            trace_id: Some("t".into()),
+            logical_call_id: id,
+            upstream_call_id: up.map(|_| 1),
+            upstream_attempt: up,
+            ..CallRow::default()
+        };
+        let capped =
+            Policy::parse(r#"{"edges": [{"caller": "api", "callee": "db", "max_attempts": 1}]}"#)
+                .unwrap();
+        let calls = vec![
+            row("gateway", "api", 1, 1, None),
+            row("api", "db", 2, 2, Some(0)),
+        ];
+        let r = replay(&calls, &[], &capped);
+        // Edges by name: api -> db, then gateway -> api.
+        let (db, api) = (&r.edges[0], &r.edges[1]);
+        assert_eq!(
+            (db.counts.successes_lost, db.counts.successes_lost_below),
+            (1.0, 0.0)
+        );
+        assert_eq!(
+            (api.counts.successes_lost, api.counts.successes_lost_below),
+            (0.0, 1.0)
+        );
+        assert_eq!(api.success_rate_replayed, Some(0.0));
+        assert_eq!(r.totals.counts.successes_lost_below, 1.0);
+        // Made for gateway's first of two attempts: that attempt failed as observed.
+        let calls = vec![
+            row("gateway", "api", 1, 2, None),
+            row("api", "db", 2, 2, Some(0)),
+        ];
+        let r = replay(&calls, &[], &capped);
+        assert_eq!(r.edges[1].counts.successes_lost_below, 0.0);
+        assert_eq!(r.edges[1].success_rate_replayed, Some(1.0));
     }
 
     fn policy(max_attempts: u32, ratio: Option<f64>) -> Policy {

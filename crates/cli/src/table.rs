@@ -289,7 +289,8 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
     let t = &r.totals;
     let mut out = format!(
         "Replayed over {:.1} s: {:.0} -> {:.0} calls, {:.0} -> {:.0} attempts ({}% load \
-         saved), {:.1} retries dropped ({:.1} by budgets), {:.1} successes lost\n\n",
+         saved), {:.1} retries dropped ({:.1} by budgets), {:.1} successes lost (and {:.1} \
+         above them)\n\n",
         r.seconds,
         t.counts.calls,
         t.counts.calls_replayed,
@@ -299,6 +300,7 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
         t.counts.retries_dropped,
         t.counts.retries_dropped_by_budget,
         t.counts.successes_lost,
+        t.counts.successes_lost_below,
     );
     out += &listed(Some(&r.listing));
     let rows: Vec<Vec<String>> = r
@@ -319,6 +321,7 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
                 format!("{:.1}", e.counts.retries_dropped),
                 format!("{:.1}", e.counts.attempts_not_called),
                 format!("{:.1}", e.counts.successes_lost),
+                format!("{:.1}", e.counts.successes_lost_below),
                 format!(
                     "{} -> {}",
                     number(e.success_rate, 4),
@@ -339,6 +342,7 @@ pub fn replay(r: &stormglass_analytics::replay::Replay) -> String {
             "retries dropped",
             "not called",
             "successes lost",
+            "lost below",
             "success rate",
             "load saved %",
         ],
