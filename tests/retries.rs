@@ -650,7 +650,8 @@ fn replay_predicts_envoys_retry_budget() {
             "retry_budget_ratio": 0.15, "retry_budget_min_per_second": 0}]}"#,
     )
     .unwrap();
-    let replayed = |model: &str| {
+    // The replayed edge `caller -> callee` with the budgets run as `model`'s.
+    let replayed_edge = |model: &str, caller: &str, callee: &str| {
         let (ok, stdout, stderr) = stormglass(&[
             "replay",
             "--policy",
@@ -659,17 +660,18 @@ fn replay_predicts_envoys_retry_budget() {
             model,
             "--format",
             "json",
+            "--all",
             dir.to_str().unwrap(),
         ]);
         assert!(ok, "{stderr}");
         let r: Value = serde_json::from_str(&stdout).unwrap();
-        let e = r["edges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["caller"] == "shop-envoy-free" && e["callee"] == "stock-free")
-            .unwrap_or_else(|| panic!("no replayed edge: {r:#}"))
-            .clone();
+        (r["edges"].as_array().unwrap().iter())
+            .find(|e| e["caller"] == caller && e["callee"] == callee)
+            .unwrap_or_else(|| panic!("no replayed edge {caller} -> {callee}: {r:#}"))
+            .clone()
+    };
+    let replayed = |model: &str| {
+        let e = replayed_edge(model, "shop-envoy-free", "stock-free");
         let count = |key: &str| e[key].as_f64().map(|n| n as u64);
         assert_eq!(
             (count("calls"), count("retries")),
@@ -693,33 +695,12 @@ fn replay_predicts_envoys_retry_budget() {
     assert_eq!(lost, Some(calls - made), "{at}");
     // Above Envoy, shop's calls lose the same successes: as many as shop saw through the
     // Envoy with the budget.
-    let (ok, stdout, stderr) = stormglass(&[
-        "replay",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--budget-as",
-        "envoy",
-        "--format",
-        "json",
-        "--all",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(ok, "{stderr}");
-    let r: Value = serde_json::from_str(&stdout).unwrap();
-    let shop = (r["edges"].as_array().unwrap().iter())
-        .find(|e| e["caller"] == "shop" && e["callee"] == "shop-envoy-free")
-        .unwrap_or_else(|| panic!("no edge into Envoy: {r:#}"));
-    assert_eq!(
-        shop["successes_lost_below"].as_f64(),
-        Some((calls - made) as f64),
-        "{shop:#}"
-    );
+    let shop = replayed_edge("envoy", "shop", "shop-envoy-free");
+    let lost_below = shop["successes_lost_below"].as_f64();
+    assert_eq!(lost_below, Some((calls - made) as f64), "{shop:#}");
     let seen = truth["shop-budget"]["200"].as_f64().unwrap() / calls as f64;
-    assert_eq!(
-        shop["success_rate_replayed"].as_f64(),
-        Some(seen),
-        "{shop:#} {truth}"
-    );
+    let rate = shop["success_rate_replayed"].as_f64();
+    assert_eq!(rate, Some(seen), "{shop:#} {truth}");
     let (retries, _, at) = replayed("linkerd");
     assert!(retries > Some(made), "{at}");
 }

@@ -912,6 +912,31 @@ mod tests {
         }
     }
 
+    /// Call `id` of trace `t` on `caller -> callee`, made for attempt `up` of call 1 (none
+    /// for a call no attempt made).
+    fn linked(
+        caller: &str,
+        callee: &str,
+        id: i64,
+        attempts: i64,
+        ok: bool,
+        up: Option<i64>,
+    ) -> CallRow {
+        CallRow {
+            caller: Some(caller.into()),
+            callee: Some(callee.into()),
+            operation: Some("op".into()),
+            attempts,
+            final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
+            weight: 1.0,
+            trace_id: Some("t".into()),
+            logical_call_id: id,
+            upstream_call_id: up.map(|_| 1),
+            upstream_attempt: up,
+            ..CallRow::default()
+        }
+    }
+
     /// A storm capped at the top saves the layers below: gateway -> api makes 3 attempts,
     /// each of which calls api -> db once (db fails twice, then answers). Capped at one
     /// attempt at gateway -> api, the db calls made for attempts 2 and 3 are not made:
@@ -919,27 +944,11 @@ mod tests {
     /// lost; with 2 attempts allowed, 2 of 3.
     #[test]
     fn dropped_attempts_take_their_calls_below_with_them() {
-        let row =
-            |caller: &str, callee: &str, id: i64, attempts: i64, ok: bool, up: Option<i64>| {
-                CallRow {
-                    caller: Some(caller.into()),
-                    callee: Some(callee.into()),
-                    operation: Some("op".into()),
-                    attempts,
-                    final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
-                    weight: 1.0,
-                    trace_id: Some("t".into()),
-                    logical_call_id: id,
-                    upstream_call_id: up.map(|_| 1),
-                    upstream_attempt: up,
-                    ..CallRow::default()
-                }
-            };
         let calls = vec![
-            row("gateway", "api", 1, 3, true, None),
-            row("api", "db", 2, 1, false, Some(0)),
-            row("api", "db", 3, 1, false, Some(1)),
-            row("api", "db", 4, 1, true, Some(2)),
+            linked("gateway", "api", 1, 3, true, None),
+            linked("api", "db", 2, 1, false, Some(0)),
+            linked("api", "db", 3, 1, false, Some(1)),
+            linked("api", "db", 4, 1, true, Some(2)),
         ];
         let capped = |n: u32| {
             let p = Policy::parse(&format!(
@@ -987,25 +996,12 @@ mod tests {
     /// before the answering one takes nothing up: that attempt had failed already.
     #[test]
     fn a_success_lost_below_is_lost_above() {
-        let row = |caller: &str, callee: &str, id: i64, attempts: i64, up: Option<i64>| CallRow {
-            caller: Some(caller.into()),
-            callee: Some(callee.into()),
-            operation: Some("op".into()),
-            attempts,
-            final_outcome: Some("ok".into()),
-            weight: 1.0,
-            trace_id: Some("t".into()),
-            logical_call_id: id,
-            upstream_call_id: up.map(|_| 1),
-            upstream_attempt: up,
-            ..CallRow::default()
-        };
         let capped =
             Policy::parse(r#"{"edges": [{"caller": "api", "callee": "db", "max_attempts": 1}]}"#)
                 .unwrap();
         let calls = vec![
-            row("gateway", "api", 1, 1, None),
-            row("api", "db", 2, 2, Some(0)),
+            linked("gateway", "api", 1, 1, true, None),
+            linked("api", "db", 2, 2, true, Some(0)),
         ];
         let r = replay(&calls, &[], &capped);
         // Edges by name: api -> db, then gateway -> api.
@@ -1022,8 +1018,8 @@ mod tests {
         assert_eq!(r.totals.counts.successes_lost_below, 1.0);
         // Made for gateway's first of two attempts: that attempt failed as observed.
         let calls = vec![
-            row("gateway", "api", 1, 2, None),
-            row("api", "db", 2, 2, Some(0)),
+            linked("gateway", "api", 1, 2, true, None),
+            linked("api", "db", 2, 2, true, Some(0)),
         ];
         let r = replay(&calls, &[], &capped);
         assert_eq!(r.edges[1].counts.successes_lost_below, 0.0);
