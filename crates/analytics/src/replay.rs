@@ -306,18 +306,44 @@ fn concurrent(
     if clusters.is_empty() {
         return HashMap::new();
     }
-    // Each call's attempts (start, end) in order, and how many the cap lets it try.
-    let mut tries: HashMap<usize, Vec<(i64, i64, i64)>> = HashMap::new();
+    // Each call of those clusters, looked up once: its cluster (by number), its budget
+    // where it has one, the attempts its cap lets it try, its weight, and its attempts
+    // (number, start, end) in order.
+    struct Tracked {
+        cluster: usize,
+        budget: Option<(f64, f64)>,
+        cap: i64,
+        weight: f64,
+        tries: Vec<(i64, i64, i64)>,
+    }
+    let mut cluster_of: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut tracked: Vec<Tracked> = Vec::new();
+    let mut position: HashMap<usize, usize> = HashMap::new();
     for a in attempts {
         if !clusters.contains(&(name(&a.caller), name(&a.callee))) {
             continue;
         }
-        if let Some(&i) = index.get(&(a.trace_id.as_str(), a.logical_call_id)) {
-            tries
-                .entry(i)
-                .or_default()
-                .push((a.attempt, a.start_ns, a.end_ns.max(a.start_ns)));
-        }
+        let Some(&i) = index.get(&(a.trace_id.as_str(), a.logical_call_id)) else {
+            continue;
+        };
+        let at = *position.entry(i).or_insert_with(|| {
+            let c = &calls[i];
+            let key = key_of(c);
+            let next = cluster_of.len();
+            let plan = plans[&key];
+            tracked.push(Tracked {
+                cluster: *cluster_of.entry((key.0, key.1)).or_insert(next),
+                budget: match plan.budget {
+                    Some(Budget::Concurrency { ratio, min }) => Some((ratio, min)),
+                    _ => None,
+                },
+                cap: plan.cap,
+                weight: c.weight,
+                tries: Vec::new(),
+            });
+            tracked.len() - 1
+        });
+        (tracked[at].tries).push((a.attempt, a.start_ns, a.end_ns.max(a.start_ns)));
     }
     // Events in time; at one instant ends first (an attempt just answered is no longer in
     // flight, as Envoy releases a retry's place before deciding the next), then decisions,
@@ -326,22 +352,21 @@ fn concurrent(
     const DECIDE: u8 = 1;
     const START: u8 = 2;
     let mut events = BinaryHeap::new();
-    for (&i, t) in &mut tries {
-        t.sort_unstable();
-        events.push(Reverse((t[0].1, DECIDE, i, 0usize)));
+    for (n, t) in tracked.iter_mut().enumerate() {
+        t.tries.sort_unstable();
+        events.push(Reverse((t.tries[0].1, DECIDE, n, 0usize)));
     }
-    let mut in_flight: HashMap<(&str, &str), (f64, f64)> = HashMap::new();
-    let mut sent: HashMap<usize, i64> = HashMap::with_capacity(tries.len());
-    while let Some(Reverse((at, kind, i, k))) = events.pop() {
-        let c = &calls[i];
-        let key = key_of(c);
-        let (active, held) = in_flight.entry((key.0, key.1)).or_default();
-        let w = c.weight;
-        let t = &tries[&i];
+    // Per cluster, the attempts in flight and the retries held (weighted).
+    let mut in_flight = vec![(0.0_f64, 0.0_f64); cluster_of.len()];
+    let mut sent: Vec<i64> = vec![0; tracked.len()];
+    while let Some(Reverse((at, kind, n, k))) = events.pop() {
+        let t = &tracked[n];
+        let (active, held) = &mut in_flight[t.cluster];
+        let w = t.weight;
         match kind {
             START => {
                 *active += w;
-                events.push(Reverse((t[k].2.max(at), END, i, k)));
+                events.push(Reverse((t.tries[k].2.max(at), END, n, k)));
             }
             END => {
                 *active -= w;
@@ -350,31 +375,27 @@ fn concurrent(
                 }
             }
             _ => {
+                // The slack absorbs the sums' rounding, as the rate budget's.
                 let allowed = k == 0
-                    || match plans[&key].budget {
-                        // The slack absorbs the sums' rounding, as the rate budget's.
-                        Some(Budget::Concurrency { ratio, min }) => {
-                            *held + w <= (ratio * *active + 1e-9).floor().max(min) + 1e-9
-                        }
-                        _ => true,
-                    };
+                    || t.budget.is_none_or(|(ratio, min)| {
+                        *held + w <= (ratio * *active + 1e-9).floor().max(min) + 1e-9
+                    });
                 if !allowed {
                     continue;
                 }
                 if k > 0 {
                     *held += w;
                 }
-                sent.insert(i, k as i64 + 1);
-                events.push(Reverse((t[k].1.max(at), START, i, k)));
-                let cap = plans[&key].cap.min(t.len() as i64);
-                if ((k + 1) as i64) < cap {
-                    let next = t[k + 1].1.min(t[k].2).max(at);
-                    events.push(Reverse((next, DECIDE, i, k + 1)));
+                sent[n] = k as i64 + 1;
+                events.push(Reverse((t.tries[k].1.max(at), START, n, k)));
+                if ((k + 1) as i64) < t.cap.min(t.tries.len() as i64) {
+                    let next = t.tries[k + 1].1.min(t.tries[k].2).max(at);
+                    events.push(Reverse((next, DECIDE, n, k + 1)));
                 }
             }
         }
     }
-    sent
+    position.into_iter().map(|(i, n)| (i, sent[n])).collect()
 }
 
 /// The traffic of `ctx` (an [`crate::engine::Engine::query_context`]) as [`replay`] reads

@@ -180,7 +180,11 @@ async fn run(ctx: &SessionContext, blocks: &[Block]) -> String {
         let batches = frame.collect().await.unwrap();
         let mut rows: Vec<String> = batches
             .iter()
-            .flat_map(|b| cells(b).into_iter().map(|row| row.join(" ")))
+            .flat_map(|b| {
+                cells(b, "NULL", "(empty)")
+                    .into_iter()
+                    .map(|row| row.join(" "))
+            })
             .collect();
         rows.sort_unstable();
         if i > 0 {
@@ -223,10 +227,10 @@ fn is_key(t: &DataType) -> bool {
     )
 }
 
-/// Each row's values as the goldens print them: floats to six significant digits, `NULL`
-/// where there is no value, `(empty)` for an empty string.
-fn cells(batch: &RecordBatch) -> Vec<Vec<String>> {
-    let options = FormatOptions::default().with_null("NULL");
+/// Each row's values as the goldens print them: floats to six significant digits, `null`
+/// where there is no value, `empty` for an empty string.
+fn cells(batch: &RecordBatch, null: &str, empty: &str) -> Vec<Vec<String>> {
+    let options = FormatOptions::default().with_null(null);
     let formatters: Vec<ArrayFormatter> = batch
         .columns()
         .iter()
@@ -243,7 +247,7 @@ fn cells(batch: &RecordBatch) -> Vec<Vec<String>> {
                         significant(column.as_primitive::<Float64Type>().value(row))
                     }
                     _ => match formatter.value(row).to_string() {
-                        empty if empty.is_empty() => "(empty)".to_owned(),
+                        value if value.is_empty() => empty.to_owned(),
                         value => value,
                     },
                 })
@@ -260,32 +264,18 @@ fn records(batches: &[RecordBatch]) -> String {
     let mut rows: Vec<Vec<(String, bool)>> = Vec::new();
     for batch in batches {
         let schema = batch.schema();
-        let options = FormatOptions::default().with_null("null");
-        let formatters: Vec<ArrayFormatter> = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
-            .collect();
-        for row in 0..batch.num_rows() {
-            let cells = schema
-                .fields()
-                .iter()
-                .zip(batch.columns())
-                .zip(&formatters)
-                .map(|((field, column), formatter)| {
-                    let value = match column.data_type() {
-                        DataType::Float64 if column.is_valid(row) => {
-                            significant(column.as_primitive::<Float64Type>().value(row))
-                        }
-                        _ => formatter.value(row).to_string(),
-                    };
-                    (
-                        format!("{}={value}", field.name()),
-                        is_key(column.data_type()),
-                    )
-                })
-                .collect();
-            rows.push(cells);
+        for values in cells(batch, "null", "") {
+            let named = schema.fields().iter().zip(values);
+            rows.push(
+                named
+                    .map(|(field, value)| {
+                        (
+                            format!("{}={value}", field.name()),
+                            is_key(field.data_type()),
+                        )
+                    })
+                    .collect(),
+            );
         }
     }
     if rows.is_empty() {
