@@ -24,8 +24,9 @@
 //!   a quiet edge retry at all, the ratio's allowance at the observed call rate (at least 1).
 //!   An edge that does not retry has a budget of 0.
 //! * **amplification under the advice**: with one retrying layer per path and its retries
-//!   capped by the budget, a layer receives at most 1 + the largest budget ratio of the
-//!   retrying edges into it.
+//!   capped by the budget, a layer receives at most 1 + the most retries per call a
+//!   retrying edge into it is allowed: its ratio plus its floor over its calls per second
+//!   with no retry above it (Linkerd adds the floor to the ratio), at most its retries.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
@@ -407,6 +408,8 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
     }
     // A service's budget: the longest per-attempt timeout its callers are advised.
     let mut budget: BTreeMap<String, f64> = BTreeMap::new();
+    // Per callee, the most retries per call a retrying edge into it is allowed.
+    let mut bound: HashMap<&str, f64> = HashMap::new();
     let mut advice = Advice::default();
     for service in top_down(&report.edges) {
         for e in by_caller.get(service).into_iter().flatten() {
@@ -530,7 +533,25 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                     .clamp(MIN_BUDGET_RATIO, MAX_BUDGET_RATIO);
                 let ratio = (ratio * 100.0).round() / 100.0;
                 let rate = window_seconds.map_or(0.0, |s| e.logical_calls as f64 / s);
-                (ratio, (ratio * rate).ceil().max(1.0))
+                let floor = (ratio * rate).ceil().max(1.0);
+                // Under the advice no layer above retries: the edge carries its calls
+                // with no retry, and the floor's retries come on top of the ratio's
+                // (Linkerd's budget).
+                let upstream = amplification
+                    .get(e.caller.as_str())
+                    .copied()
+                    .flatten()
+                    .unwrap_or(1.0)
+                    .max(1.0);
+                let per_call = match window_seconds {
+                    Some(s) if e.logical_calls > 0 => {
+                        ratio + floor / (e.logical_calls as f64 / upstream / s)
+                    }
+                    _ => ratio,
+                };
+                let b = bound.entry(e.callee.as_str()).or_default();
+                *b = b.max(per_call.min(f64::from(attempts - 1)));
+                (ratio, floor)
             } else {
                 (0.0, 0.0)
             };
@@ -561,12 +582,6 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
     advice.edges.sort_by(|a, b| {
         (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
     });
-    // Per callee, the largest budget ratio of the edges into it that retry.
-    let mut bound: HashMap<&str, f64> = HashMap::new();
-    for e in advice.edges.iter().filter(|e| e.max_attempts > 1) {
-        let b = bound.entry(e.callee.as_str()).or_default();
-        *b = b.max(e.retry_budget_ratio);
-    }
     let layers = report
         .layers
         .iter()

@@ -19,8 +19,9 @@
 //! A cycle in the call graph is cut where it closes, as the storm potential's walk does.
 //!
 //! Under a policy (`--policy`, [`Policy`]), an edge's `m` is the policy's attempts, and a
-//! retry budget `r` caps its retries per call as a budget does once the callee fails enough
-//! to reach it: the expected retries per call `R = (1 - q^m) / (1 - q) - 1` become
+//! retry budget caps its retries per call as a budget does once the callee fails enough to
+//! reach it, allowing `r` = its ratio + its floor over the calls per second the edge carries
+//! under the failure (its no-retry calls per second x its caller's amplification): the expected retries per call `R = (1 - q^m) / (1 - q) - 1` become
 //! `min(R, r)`, and a call fails when its first attempt fails and its retries (the share
 //! `min(1, r / R)` the budget lets through) all fail too:
 //! `q (1 - min(1, r / R) (1 - q^(m-1)))`. Edges the policy does not name keep what was
@@ -52,8 +53,12 @@ pub struct EdgeWhatIf {
     pub operation: String,
     /// The most attempts per call observed (largest attempt number + 1), or the policy's.
     pub max_attempts: u32,
-    /// The policy's retry budget ratio, where it names one.
+    /// The policy's retry budget ratio, where it names a budget.
     pub retry_budget_ratio: Option<f64>,
+    /// The retries per call the budget allows under the failure: its ratio plus its floor
+    /// over the calls per second the edge then carries (the ratio alone without a window
+    /// length); null without a budget, or where the edge carries no calls.
+    pub retry_budget_per_call: Option<f64>,
     /// The probability that a request to the callee fails.
     pub callee_failure_probability: f64,
     /// Expected attempts per call.
@@ -163,7 +168,8 @@ impl Retrying {
         match policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation)) {
             Some(p) => Retrying {
                 max_attempts: p.max_attempts.max(1),
-                budget: p.retry_budget_ratio.map(|r| r.max(0.0)),
+                // Set by what_if from the policy's ratio and floor.
+                budget: None,
                 throttling: p.retry_throttling,
             },
             None => Retrying {
@@ -210,13 +216,20 @@ impl Retrying {
 
 /// The what-if of `report` if requests to each named service failed with its probability,
 /// under `policy` where given (else the policies observed).
+///
+/// A budget's floor allows `floor / calls per second` retries per call on top of its ratio,
+/// and the calls per second an edge carries depend on how much its caller is amplified,
+/// which depends on how the edges below retry: the model is solved again with each edge's
+/// rate from the last solution until no budget moves, at most [`MAX_ROUNDS`] times (one
+/// retrying layer per path, as advised, settles in two or three).
 pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Policy>) -> WhatIf {
     let failing: HashMap<&str, f64> = failures.iter().map(|(s, p)| (s.as_str(), *p)).collect();
     let mut calls: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, e) in report.edges.iter().enumerate() {
         calls.entry(e.caller.as_str()).or_default().push(i);
     }
-    let model = Model {
+    let budgets: Vec<Option<Budget>> = report.edges.iter().map(|e| Budget::of(e, policy)).collect();
+    let mut model = Model {
         retrying: report
             .edges
             .iter()
@@ -224,69 +237,78 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
             .collect(),
         calls,
     };
-    let mut q: HashMap<&str, f64> = HashMap::new();
-    for layer in &report.layers {
-        failure_probability(
-            report,
-            &model,
-            &failing,
-            &layer.service,
-            &mut q,
-            &mut Vec::new(),
-        );
-    }
-    let edges: Vec<EdgeWhatIf> = report
-        .edges
-        .iter()
-        .zip(&model.retrying)
-        .map(|(e, r)| {
-            let q =
-                failure_probability(report, &model, &failing, &e.callee, &mut q, &mut Vec::new());
-            EdgeWhatIf {
-                caller: e.caller.clone(),
-                callee: e.callee.clone(),
-                operation: e.operation.clone(),
-                max_attempts: r.max_attempts,
-                retry_budget_ratio: r.budget,
-                callee_failure_probability: q,
-                attempts_per_call: r.attempts_per_call(q),
-            }
-        })
-        .collect();
-
     let observed: HashMap<&str, f64> = report
         .layers
         .iter()
         .map(|l| (l.service.as_str(), l.amplification.unwrap_or(1.0).max(1.0)))
         .collect();
-    let mut entries: BTreeMap<&str, f64> = BTreeMap::new();
-    for e in &report.entries {
-        *entries.entry(e.service.as_str()).or_default() += e.requests as f64;
-    }
-    // Incoming (caller, no-retry calls, attempts per call) per callee.
-    let mut incoming: HashMap<&str, Vec<(&str, f64, f64)>> = HashMap::new();
-    for (figures, edge) in report.edges.iter().zip(&edges) {
-        let calls =
-            figures.logical_calls as f64 / observed.get(figures.caller.as_str()).unwrap_or(&1.0);
-        incoming.entry(figures.callee.as_str()).or_default().push((
-            figures.caller.as_str(),
-            calls,
-            edge.attempts_per_call,
-        ));
-    }
-    let mut amplification: HashMap<&str, f64> = HashMap::new();
+    // Each edge's calls with no retry anywhere: its logical calls over its caller's
+    // observed amplification.
+    let no_retry_calls: Vec<f64> = report
+        .edges
+        .iter()
+        .map(|e| e.logical_calls as f64 / observed.get(e.caller.as_str()).unwrap_or(&1.0))
+        .collect();
     let seconds = report.window.seconds.filter(|s| *s > 0.0);
+    let floored = seconds.is_some() && budgets.iter().flatten().any(|b| b.floor > 0.0);
+    let mut solution = Solution::default();
+    for round in 0..MAX_ROUNDS {
+        // The first round takes every caller at its no-retry rate, the largest allowance.
+        let mut moved = round == 0;
+        for (i, (e, budget)) in report.edges.iter().zip(&budgets).enumerate() {
+            let Some(budget) = budget else { continue };
+            let upstream = solution
+                .amplification
+                .get(e.caller.as_str())
+                .copied()
+                .unwrap_or(1.0);
+            let per_call = budget.per_call(seconds.map(|s| no_retry_calls[i] * upstream / s));
+            let before = model.retrying[i].budget;
+            moved |= before.is_none_or(|b| (b - per_call).abs() > 1e-12 * b.abs().max(1.0));
+            model.retrying[i].budget = Some(per_call);
+        }
+        if !moved {
+            break;
+        }
+        solution = solve(report, &model, &failing, &no_retry_calls);
+        if !floored {
+            break;
+        }
+    }
+    let Solution {
+        q,
+        amplification,
+        attempts_per_call,
+    } = solution;
+    let edges: Vec<EdgeWhatIf> = report
+        .edges
+        .iter()
+        .zip(&model.retrying)
+        .zip(&budgets)
+        .zip(attempts_per_call)
+        .map(|(((e, r), budget), attempts_per_call)| EdgeWhatIf {
+            caller: e.caller.clone(),
+            callee: e.callee.clone(),
+            operation: e.operation.clone(),
+            max_attempts: r.max_attempts,
+            retry_budget_ratio: budget.map(|b| b.ratio),
+            retry_budget_per_call: r.budget.filter(|b| b.is_finite()),
+            callee_failure_probability: failing
+                .get(e.callee.as_str())
+                .or_else(|| q.get(e.callee.as_str()))
+                .copied()
+                .unwrap_or(0.0),
+            attempts_per_call,
+        })
+        .collect();
     let layers: Vec<LayerWhatIf> = report
         .layers
         .iter()
         .map(|l| {
-            let a = amplify(
-                &l.service,
-                &entries,
-                &incoming,
-                &mut amplification,
-                &mut Vec::new(),
-            );
+            let a = amplification
+                .get(l.service.as_str())
+                .copied()
+                .unwrap_or(1.0);
             LayerWhatIf {
                 service: l.service.clone(),
                 amplification: a,
@@ -306,6 +328,111 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
         listing: Listing::default(),
     }
     .listed(&Selection::default())
+}
+
+/// Rounds of [`what_if`] at most; each is linear in edges and layers.
+const MAX_ROUNDS: usize = 64;
+
+/// A retry budget as the model reads a policy's: its ratio of the calls and its floor in
+/// retries per second (Linkerd's `minRetriesPerSecond`, on top of the ratio).
+#[derive(Clone, Copy)]
+struct Budget {
+    ratio: f64,
+    floor: f64,
+}
+
+impl Budget {
+    fn of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
+        let p = policy?.edge(&e.caller, &e.callee, &e.operation)?;
+        match (p.retry_budget_ratio, p.retry_budget_min_per_second) {
+            (None, None) => None,
+            (ratio, floor) => Some(Budget {
+                ratio: ratio.unwrap_or(0.0).max(0.0),
+                floor: floor.unwrap_or(0.0).max(0.0),
+            }),
+        }
+    }
+
+    /// Retries per call it allows at `calls_per_second` (unknown: the ratio alone).
+    fn per_call(self, calls_per_second: Option<f64>) -> f64 {
+        match calls_per_second {
+            Some(_) if self.floor == 0.0 => self.ratio,
+            Some(rate) if rate > 0.0 => self.ratio + self.floor / rate,
+            Some(_) => f64::INFINITY,
+            None => self.ratio,
+        }
+    }
+}
+
+/// The model solved for one set of retry allowances.
+#[derive(Default)]
+struct Solution<'r> {
+    /// Each service's failure probability (the failed ones aside).
+    q: HashMap<&'r str, f64>,
+    amplification: HashMap<&'r str, f64>,
+    /// Per edge, in the report's order.
+    attempts_per_call: Vec<f64>,
+}
+
+fn solve<'r>(
+    report: &'r Report,
+    model: &Model<'r>,
+    failing: &HashMap<&str, f64>,
+    no_retry_calls: &[f64],
+) -> Solution<'r> {
+    let mut q: HashMap<&str, f64> = HashMap::new();
+    for layer in &report.layers {
+        failure_probability(
+            report,
+            model,
+            failing,
+            &layer.service,
+            &mut q,
+            &mut Vec::new(),
+        );
+    }
+    let attempts_per_call: Vec<f64> = report
+        .edges
+        .iter()
+        .zip(&model.retrying)
+        .map(|(e, r)| {
+            let q = failure_probability(report, model, failing, &e.callee, &mut q, &mut Vec::new());
+            r.attempts_per_call(q)
+        })
+        .collect();
+    let mut entries: BTreeMap<&str, f64> = BTreeMap::new();
+    for e in &report.entries {
+        *entries.entry(e.service.as_str()).or_default() += e.requests as f64;
+    }
+    // Incoming (caller, no-retry calls, attempts per call) per callee.
+    let mut incoming: HashMap<&str, Vec<(&str, f64, f64)>> = HashMap::new();
+    for ((figures, calls), per_call) in report
+        .edges
+        .iter()
+        .zip(no_retry_calls)
+        .zip(&attempts_per_call)
+    {
+        incoming.entry(figures.callee.as_str()).or_default().push((
+            figures.caller.as_str(),
+            *calls,
+            *per_call,
+        ));
+    }
+    let mut amplification: HashMap<&str, f64> = HashMap::new();
+    for l in &report.layers {
+        amplify(
+            &l.service,
+            &entries,
+            &incoming,
+            &mut amplification,
+            &mut Vec::new(),
+        );
+    }
+    Solution {
+        q,
+        amplification,
+        attempts_per_call,
+    }
 }
 
 /// `q(service)`, memoised; a service met again on the path (a cycle) adds nothing.
@@ -410,6 +537,22 @@ mod tests {
         assert!((unbounded.call_fails(0.5) - 0.125).abs() < 1e-12);
     }
 
+    /// A budget's floor adds its retries per second to the ratio's, spread over the calls
+    /// a second the edge carries: 20% and 20/s at 100 calls/s allow 0.4 retries per call,
+    /// at 400 calls/s 0.25; without calls the floor covers every retry, without a window
+    /// length the ratio stands alone.
+    #[test]
+    fn a_budget_floor_spreads_over_the_calls() {
+        let b = Budget {
+            ratio: 0.2,
+            floor: 20.0,
+        };
+        assert!((b.per_call(Some(100.0)) - 0.4).abs() < 1e-12);
+        assert!((b.per_call(Some(400.0)) - 0.25).abs() < 1e-12);
+        assert_eq!(b.per_call(Some(0.0)), f64::INFINITY);
+        assert_eq!(b.per_call(None), 0.2);
+    }
+
     /// gRPC's token bucket is a threshold, not a share: with 0.1 back per success it stops
     /// every retry once more than 1/11 of attempts fail, and lets all through below. The
     /// model agrees with the bucket replayed attempt by attempt (replay) over 2,000 calls
@@ -431,62 +574,96 @@ mod tests {
         let q = 0.05;
         assert!((throttled.attempts_per_call(q) - (1.0 + q + q * q)).abs() < 1e-12);
 
-        let replayed = |q: f64| {
-            let mut seed = 7_u64;
-            let mut fails = || {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((seed >> 11) as f64 / (1u64 << 53) as f64) < q
-            };
-            let mut attempts = Vec::new();
-            let mut calls = Vec::new();
-            for call in 0..2000_i64 {
-                let mut made = 0;
-                let mut ok = false;
-                while made < 3 && !ok {
-                    ok = !fails();
-                    attempts.push(crate::replay::AttemptRow {
-                        caller: Some("a".into()),
-                        callee: Some("b".into()),
-                        operation: Some("op".into()),
-                        trace_id: format!("{call:032x}"),
-                        logical_call_id: 1,
-                        attempt: made,
-                        outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
-                        start_ns: call * 1_000_000 + made,
-                        end_ns: call * 1_000_000 + made,
-                    });
-                    made += 1;
-                }
-                calls.push(crate::replay::CallRow {
-                    caller: Some("a".into()),
-                    callee: Some("b".into()),
-                    operation: Some("op".into()),
-                    attempts: made,
-                    final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
-                    weight: 1.0,
-                    start_ns: call * 1_000_000,
-                    end_ns: call * 1_000_000 + 10,
-                    trace_id: Some(format!("{call:032x}")),
-                    logical_call_id: 1,
-                    ..crate::replay::CallRow::default()
-                });
-            }
-            let policy = Policy::parse(
-                r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
-                    "retry_throttling": {"max_tokens": 10, "token_ratio": 0.1}}]}"#,
-            )
-            .unwrap();
-            let r = crate::replay::replay(&calls, &attempts, &policy);
-            r.edges[0].retries_replayed / r.edges[0].counts.calls
-        };
+        let policy = r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
+            "retry_throttling": {"max_tokens": 10, "token_ratio": 0.1}}]}"#;
+        let replayed = |q: f64| replayed_retries_per_call(q, 1_000_000, policy);
         let per_call = replayed(0.3);
         assert!(per_call < 0.01, "{per_call} retries per call replayed");
         let per_call = replayed(0.05);
         let expected = throttled.attempts_per_call(0.05) - 1.0;
         assert!(
             (per_call - expected).abs() < 0.2 * expected,
+            "{per_call} vs {expected}"
+        );
+    }
+
+    /// Retries per call `replay` lets through under `policy` (its edge `a -> b`) over 2,000
+    /// calls `spacing_ns` apart to a callee failing at random with probability `q`, 3
+    /// attempts each as made without a policy.
+    fn replayed_retries_per_call(q: f64, spacing_ns: i64, policy: &str) -> f64 {
+        let mut seed = 7_u64;
+        let mut fails = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 11) as f64 / (1u64 << 53) as f64) < q
+        };
+        let mut attempts = Vec::new();
+        let mut calls = Vec::new();
+        for call in 0..2000_i64 {
+            let mut made = 0;
+            let mut ok = false;
+            while made < 3 && !ok {
+                ok = !fails();
+                attempts.push(crate::replay::AttemptRow {
+                    caller: Some("a".into()),
+                    callee: Some("b".into()),
+                    operation: Some("op".into()),
+                    trace_id: format!("{call:032x}"),
+                    logical_call_id: 1,
+                    attempt: made,
+                    outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
+                    start_ns: call * spacing_ns + made,
+                    end_ns: call * spacing_ns + made,
+                });
+                made += 1;
+            }
+            calls.push(crate::replay::CallRow {
+                caller: Some("a".into()),
+                callee: Some("b".into()),
+                operation: Some("op".into()),
+                attempts: made,
+                final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
+                weight: 1.0,
+                start_ns: call * spacing_ns,
+                end_ns: call * spacing_ns + 10,
+                trace_id: Some(format!("{call:032x}")),
+                logical_call_id: 1,
+                ..crate::replay::CallRow::default()
+            });
+        }
+        let policy = Policy::parse(policy).unwrap();
+        let r = crate::replay::replay(&calls, &attempts, &policy);
+        r.edges[0].retries_replayed / r.edges[0].counts.calls
+    }
+
+    /// A budget with a floor, in a steady state, allows what the model says: 10 calls a
+    /// second that always fail, 3 attempts, 20% and 1 retry a second: 0.2 + 1/10 retries
+    /// per call, as the budget replayed call by call over 200 s lets through (its first
+    /// window's reserve aside).
+    #[test]
+    fn a_budget_floor_agrees_with_the_budget_replayed() {
+        let budgeted = Retrying {
+            max_attempts: 3,
+            budget: Some(
+                Budget {
+                    ratio: 0.2,
+                    floor: 1.0,
+                }
+                .per_call(Some(10.0)),
+            ),
+            throttling: None,
+        };
+        let expected = budgeted.attempts_per_call(1.0) - 1.0;
+        assert!((expected - 0.3).abs() < 1e-12);
+        let per_call = replayed_retries_per_call(
+            1.0,
+            100_000_000,
+            r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
+                "retry_budget_ratio": 0.2, "retry_budget_min_per_second": 1}]}"#,
+        );
+        assert!(
+            (per_call - expected).abs() < 0.02 * expected,
             "{per_call} vs {expected}"
         );
     }
