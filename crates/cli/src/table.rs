@@ -379,6 +379,7 @@ pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
                 format!("{} -> {}", e.caller, e.callee),
                 e.operation.clone(),
                 e.max_attempts.to_string(),
+                number(e.retry_budget_per_call, 3),
                 format!("{:.4}", e.callee_failure_probability),
                 format!("{:.3}", e.attempts_per_call),
             ]
@@ -389,6 +390,7 @@ pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
             "edge",
             "operation",
             "max attempts",
+            "budget (retries per call)",
             "callee fails",
             "attempts per call",
         ],
