@@ -244,7 +244,8 @@ fn advise_yaml(file: &str, format: &str) -> Vec<Value> {
 
 /// The Envoy routes and cluster `advise --format envoy` writes parse strictly in Envoy's
 /// own v3 API (envoy-data-plane, generated from Envoy's protos: an unknown field fails),
-/// with the advised retry policy and retry budget, and Envoy itself accepts them
+/// with the advised retry policy, retry budget and the operation tagged on the route's
+/// spans, and Envoy itself accepts them
 /// (`envoy --mode validate` over a bootstrap holding them all); the same check refuses a
 /// route with a field Envoy does not know.
 #[test]
@@ -278,6 +279,10 @@ fn envoy_config_parses_in_envoys_api() {
     assert_eq!(route["retryPolicy"]["numRetries"], 2, "{parsed:#}");
     assert_eq!(route["retryPolicy"]["perTryTimeout"], "0.057s");
     assert_eq!(route["retryPolicy"]["retryOn"], "unavailable");
+    // The route names the operation on Envoy's spans, which carry the cluster's name.
+    let tags = &to_inventory["routes"][0]["tracing"]["customTags"];
+    assert_eq!(tags[0]["tag"], "http.route", "{parsed:#}");
+    assert_eq!(tags[0]["literal"]["value"], "demo.Inventory/Reserve");
     let budget = &to_inventory["cluster"]["circuitBreakers"]["thresholds"][0]["retryBudget"];
     assert_eq!(budget["budgetPercent"]["value"], 20.0, "{parsed:#}");
 }

@@ -514,11 +514,13 @@ fn retries_of_real_proxies_count() {
 /// through `per_try_timeout: 0.3s`, odd calls' first tries take 450 ms, Envoy gives up on
 /// them (its upstream span ends `deadline`) and re-sends: a retry with cause `deadline`,
 /// never a hedge, the try given up on a timeout and an orphan working on; one clock, no
-/// skew. Envoy's own spans number the attempts (`router stock egress`), so none is hidden;
+/// skew. Envoy's own spans number the attempts, so none is hidden; they name the
+/// operation where the route tags them (`http.route: /items/{id}`), else their own name
+/// (`router stock egress`) stands for every route to the cluster;
 /// the backend's captured `x-envoy-expected-rq-timeout-ms` gives every try its budget, so
 /// the per-try timeout reads as the edge's timeout, below the slow tries' tail.
 fn assert_envoy(report: &Value, backend: &Value) {
-    let e = edge_from(report, "shop-envoy", "stock-envoy", "router stock egress")
+    let e = edge_from(report, "shop-envoy", "stock-envoy", "/items/{id}")
         .unwrap_or_else(|| panic!("no edge to stock-envoy: {report:#}"));
     let at = format!("stock-envoy: {e:#}");
     assert_eq!(backend["stock-envoy"]["requests"], 2 * CALLS, "{backend}");
@@ -603,9 +605,9 @@ fn assert_envoy(report: &Value, backend: &Value) {
 fn retries_of_real_envoy_count() {
     let (server, dir, out) = serve_and_run_after(ENVOY_PRELUDES, "envoy_proxy", CALLS, SLOW);
     let backend: Value = serde_json::from_slice(&out).unwrap();
-    let egress = "router stock egress";
-    report_with_from(&server, "shop-envoy", &[("stock-envoy", egress)], 2 * CALLS);
-    let pertry = [("stock-envoy-pertry", egress)];
+    let route = [("stock-envoy", "/items/{id}")];
+    report_with_from(&server, "shop-envoy", &route, 2 * CALLS);
+    let pertry = [("stock-envoy-pertry", "router stock egress")];
     report_with_from(&server, "shop-envoy-pertry", &pertry, 3 * CALLS / 2);
     let live = report_with(&server, &[("shop-envoy-pertry", "GET")], CALLS);
     assert_envoy(&live, &backend);

@@ -5,7 +5,8 @@ Envoy with requests under RequestsInstrumentor; Envoy forwards the trace context
 instances of a WSGI app under OpenTelemetryMiddleware.
 
 * `retry_on: 5xx`, `num_retries: 2`, to `stock-envoy`: GET /items/N; the first two tries
-  of odd calls answer 503, so odd calls take 3 attempts.
+  of odd calls answer 503, so odd calls take 3 attempts. The route tags its spans
+  `http.route: /items/{id}`, so its upstream spans name the operation.
 * a per-try timeout, `per_try_timeout: 0.3s`, to `stock-envoy-pertry`: GET /slow/N; the
   first try of odd calls takes 450 ms, so Envoy gives up on it at 300 ms and re-sends,
   while the first keeps working (an orphan); the re-send answers at once.
@@ -59,7 +60,12 @@ def run(proxy, paths):
 
 backoff = {"base_interval": "0.001s", "max_interval": "0.002s"}
 run(
-    envoy("shop-envoy", instances("stock-envoy", 2), {"retry_on": "5xx", "num_retries": 2, "retry_back_off": backoff}),
+    envoy(
+        "shop-envoy",
+        instances("stock-envoy", 2),
+        {"retry_on": "5xx", "num_retries": 2, "retry_back_off": backoff},
+        route="/items/{id}",
+    ),
     [f"/items/{i}" for i in range(calls)],
 )
 run(

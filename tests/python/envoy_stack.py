@@ -26,10 +26,11 @@ def cluster(name, ports):
     )
 
 
-def envoy(service, ports, retry_policy, circuit_breakers=None):
+def envoy(service, ports, retry_policy, circuit_breakers=None, route=None):
     """Envoy in front of `ports`, its spans as `service`: each upstream attempt its own
     span (`spawn_upstream_span`), each sent as it ends; `circuit_breakers` on the cluster
-    where given."""
+    where given; `route` tagged on the route's spans as `http.route` where given (Envoy
+    puts a route's custom tags on its upstream spans too)."""
     port, admin = free_port(), free_port()
     stock = json.loads(cluster("stock", ports))
     if circuit_breakers:
@@ -65,6 +66,11 @@ def envoy(service, ports, retry_policy, circuit_breakers=None):
                             "match": {"prefix": "/"},
                             "route": {"cluster": "stock", "timeout": "5s", "retry_policy": retry_policy},
                         }
+                        | (
+                            {"tracing": {"custom_tags": [{"tag": "http.route", "literal": {"value": route}}]}}
+                            if route
+                            else {}
+                        )
                     ],
                 }
             ]

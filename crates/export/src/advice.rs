@@ -208,7 +208,14 @@ pub fn envoy(advice: &Advice) -> Value {
                     }
                 }));
             }
-            routes.push(json!({"name": e.operation, "match": matcher, "route": route}));
+            // Envoy's upstream spans are named after the cluster; a route's custom tags
+            // land on them, so the next traffic's edges keep the operation it guards.
+            let tracing = json!({"custom_tags": [
+                {"tag": "http.route", "literal": {"value": e.operation}}
+            ]});
+            routes.push(json!({
+                "name": e.operation, "match": matcher, "route": route, "tracing": tracing
+            }));
         }
         if routes.is_empty() {
             continue;
