@@ -405,6 +405,10 @@ def width_offline(sg, args, cache):
             runs[w].append((seconds, rss, len(out.encode()), json.loads(out)))
     result = {}
     for w, rs in runs.items():
+        # A file gives the same report on every run: the listing's worst-first selection
+        # breaks ties by the edges' order, which must not move between runs.
+        if any(r[3] != rs[0][3] for r in rs):
+            sys.exit(f"width {w}: analyze gave different reports in {len(rs)} runs")
         seconds = statistics.median(r[0] for r in rs)
         report = rs[-1][3]
         result[w] = dict(seconds=seconds, rss=max(r[1] for r in rs), json_bytes=rs[-1][2],

@@ -20,20 +20,31 @@ use crate::engine::{AnalysisError, Engine, Partials, Table, into_rows, rows, run
 
 /// A merged window's report tables ([`crate::queries::REPORT`]) for [`Report::build`],
 /// each run when first needed and held only while a later query or the build reads it: at
-/// width they were ~700 MiB held at once, beside the rows made of them.
+/// width they were ~700 MiB held at once, beside the rows made of them. A held table is
+/// read back as it was made, in its query's order: a scan of it spreads its batches over
+/// the session's partitions and returns them as they come, and the edges listed at width
+/// changed from run to run among edges of equal impact.
 struct ReportTables {
     ctx: SessionContext,
+    held: HashMap<&'static str, Table>,
 }
 
 impl ReportTables {
     /// Run the report query `name` and hold its table for the queries that read it.
-    async fn hold(&self, name: &str) -> Result<(), AnalysisError> {
+    async fn hold(&mut self, name: &'static str) -> Result<(), AnalysisError> {
         let table = run(&self.ctx, Self::query(name)).await?;
-        crate::engine::register_table(&self.ctx, name, table)
+        crate::engine::register_table(&self.ctx, name, table.clone())?;
+        self.held.insert(name, table);
+        Ok(())
     }
 
-    /// Report table `name`: the held one, no longer held, else run now.
-    async fn take(&self, name: &str) -> Result<Table, AnalysisError> {
+    /// Report table `name`: the held one, no longer held; a partial of the window
+    /// (`p_links`), read and dropped; else run now.
+    async fn take(&mut self, name: &'static str) -> Result<Table, AnalysisError> {
+        if let Some(held) = self.held.remove(name) {
+            self.forget(name)?;
+            return Ok(held);
+        }
         if !self.ctx.table_exist(name).unwrap_or(false) {
             return run(&self.ctx, Self::query(name)).await;
         }
@@ -43,7 +54,8 @@ impl ReportTables {
     }
 
     /// Stop holding `name` (a table no later query reads).
-    fn forget(&self, name: &str) -> Result<(), AnalysisError> {
+    fn forget(&mut self, name: &str) -> Result<(), AnalysisError> {
+        self.held.remove(name);
         self.ctx
             .deregister_table(name)
             .map(drop)
@@ -73,8 +85,9 @@ impl Report {
         window: &[Arc<Partials>],
         bounds: WindowBounds,
     ) -> Result<Report, AnalysisError> {
-        let tables = ReportTables {
+        let mut tables = ReportTables {
             ctx: engine.merge(window).await?,
+            held: Default::default(),
         };
         // What later queries read first (`edges` reads the layers, clock skew and retry
         // budgets; `finding_counts` reads `edges`), then each table read into its rows
