@@ -84,6 +84,9 @@ pub async fn analyse(
         chunks.push(chunk);
     }
     timed("chunks", started);
+    // Shared by every chunk's task, not copied into each: at width its clock bounds are
+    // ~160,000 service pairs.
+    let context = std::sync::Arc::new(context);
 
     let engines: Vec<Engine> = (0..AT_ONCE)
         .map(|_| Engine::new(params.clone()).on_one_thread())
@@ -98,7 +101,7 @@ pub async fn analyse(
         if running.len() < AT_ONCE
             && let Some((chunk, engine)) = chunks.next()
         {
-            let (engine, context) = (engine.clone(), context.clone());
+            let (engine, context) = (engine.clone(), std::sync::Arc::clone(&context));
             running.push_back(tokio::spawn(async move {
                 engine.analyse_in_window(chunk, &context).await
             }));
