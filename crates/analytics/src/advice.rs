@@ -196,6 +196,42 @@ pub struct PolicyEdge {
     pub retry_throttling: Option<Throttling>,
 }
 
+impl PolicyEdge {
+    /// Its retry budget read as a rate, where it sets either half (the other read as 0):
+    /// `retry_budget_ratio` of the calls and `retry_budget_min_per_second` on top.
+    pub fn rate_budget(&self) -> Option<RateBudget> {
+        match (self.retry_budget_ratio, self.retry_budget_min_per_second) {
+            (None, None) => None,
+            (ratio, floor) => Some(RateBudget {
+                ratio: ratio.unwrap_or(0.0),
+                floor: floor.unwrap_or(0.0),
+            }),
+        }
+    }
+}
+
+/// A retry budget as a rate, as Linkerd's `retryBudget` runs it: `ratio` of the calls, and
+/// `floor` retries a second on top of them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateBudget {
+    pub ratio: f64,
+    pub floor: f64,
+}
+
+impl RateBudget {
+    /// The retries per call it allows at `calls_per_second`: the ratio + the floor over the
+    /// rate; the ratio alone where the rate is unknown, every retry where there are no
+    /// calls.
+    pub fn per_call(self, calls_per_second: Option<f64>) -> f64 {
+        match calls_per_second {
+            Some(_) if self.floor == 0.0 => self.ratio,
+            Some(rate) if rate > 0.0 => self.ratio + self.floor / rate,
+            Some(_) => f64::INFINITY,
+            None => self.ratio,
+        }
+    }
+}
+
 /// gRPC's retry throttling: tokens start at `max_tokens`; a failed attempt takes one, a
 /// success gives back `token_ratio` (up to `max_tokens`); no retry is sent while the tokens
 /// are at or below half of `max_tokens`.
@@ -543,12 +579,11 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                     .flatten()
                     .unwrap_or(1.0)
                     .max(1.0);
-                let per_call = match window_seconds {
-                    Some(s) if e.logical_calls > 0 => {
-                        ratio + floor / (e.logical_calls as f64 / upstream / s)
-                    }
-                    _ => ratio,
-                };
+                let per_call = RateBudget { ratio, floor }.per_call(
+                    window_seconds
+                        .filter(|_| e.logical_calls > 0)
+                        .map(|s| e.logical_calls as f64 / upstream / s),
+                );
                 let b = bound.entry(e.callee.as_str()).or_default();
                 *b = b.max(per_call.min(f64::from(attempts - 1)));
                 (ratio, floor)
@@ -598,6 +633,22 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A budget's floor adds its retries per second to the ratio's, spread over the calls
+    /// a second the edge carries: 20% and 20/s at 100 calls/s allow 0.4 retries per call,
+    /// at 400 calls/s 0.25; without calls the floor covers every retry, without a window
+    /// length the ratio stands alone.
+    #[test]
+    fn a_budget_floor_spreads_over_the_calls() {
+        let b = RateBudget {
+            ratio: 0.2,
+            floor: 20.0,
+        };
+        assert!((b.per_call(Some(100.0)) - 0.4).abs() < 1e-12);
+        assert!((b.per_call(Some(400.0)) - 0.25).abs() < 1e-12);
+        assert_eq!(b.per_call(Some(0.0)), f64::INFINITY);
+        assert_eq!(b.per_call(None), 0.2);
+    }
 
     /// The worst case adds every attempt's timeout and the doubling backoffs between them.
     #[test]

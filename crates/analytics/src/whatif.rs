@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::advice::{Policy, Throttling};
+use crate::advice::{Policy, RateBudget, Throttling};
 use crate::report::{EdgeFigures, Listing, Report, Selection};
 
 /// One layer's expected load if the failures happened.
@@ -228,7 +228,8 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
     for (i, e) in report.edges.iter().enumerate() {
         calls.entry(e.caller.as_str()).or_default().push(i);
     }
-    let budgets: Vec<Option<Budget>> = report.edges.iter().map(|e| Budget::of(e, policy)).collect();
+    let budgets: Vec<Option<RateBudget>> =
+        report.edges.iter().map(|e| budget_of(e, policy)).collect();
     let mut model = Model {
         retrying: report
             .edges
@@ -333,35 +334,16 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
 /// Rounds of [`what_if`] at most; each is linear in edges and layers.
 const MAX_ROUNDS: usize = 64;
 
-/// A retry budget as the model reads a policy's: its ratio of the calls and its floor in
-/// retries per second (Linkerd's `minRetriesPerSecond`, on top of the ratio).
-#[derive(Clone, Copy)]
-struct Budget {
-    ratio: f64,
-    floor: f64,
-}
-
-impl Budget {
-    fn of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
-        let p = policy?.edge(&e.caller, &e.callee, &e.operation)?;
-        match (p.retry_budget_ratio, p.retry_budget_min_per_second) {
-            (None, None) => None,
-            (ratio, floor) => Some(Budget {
-                ratio: ratio.unwrap_or(0.0).max(0.0),
-                floor: floor.unwrap_or(0.0).max(0.0),
-            }),
-        }
-    }
-
-    /// Retries per call it allows at `calls_per_second` (unknown: the ratio alone).
-    fn per_call(self, calls_per_second: Option<f64>) -> f64 {
-        match calls_per_second {
-            Some(_) if self.floor == 0.0 => self.ratio,
-            Some(rate) if rate > 0.0 => self.ratio + self.floor / rate,
-            Some(_) => f64::INFINITY,
-            None => self.ratio,
-        }
-    }
+/// An edge's retry budget in the model: the policy's, as a rate (Linkerd's), negative
+/// halves read as 0.
+fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<RateBudget> {
+    let b = policy?
+        .edge(&e.caller, &e.callee, &e.operation)?
+        .rate_budget()?;
+    Some(RateBudget {
+        ratio: b.ratio.max(0.0),
+        floor: b.floor.max(0.0),
+    })
 }
 
 /// The model solved for one set of retry allowances.
@@ -537,22 +519,6 @@ mod tests {
         assert!((unbounded.call_fails(0.5) - 0.125).abs() < 1e-12);
     }
 
-    /// A budget's floor adds its retries per second to the ratio's, spread over the calls
-    /// a second the edge carries: 20% and 20/s at 100 calls/s allow 0.4 retries per call,
-    /// at 400 calls/s 0.25; without calls the floor covers every retry, without a window
-    /// length the ratio stands alone.
-    #[test]
-    fn a_budget_floor_spreads_over_the_calls() {
-        let b = Budget {
-            ratio: 0.2,
-            floor: 20.0,
-        };
-        assert!((b.per_call(Some(100.0)) - 0.4).abs() < 1e-12);
-        assert!((b.per_call(Some(400.0)) - 0.25).abs() < 1e-12);
-        assert_eq!(b.per_call(Some(0.0)), f64::INFINITY);
-        assert_eq!(b.per_call(None), 0.2);
-    }
-
     /// gRPC's token bucket is a threshold, not a share: with 0.1 back per success it stops
     /// every retry once more than 1/11 of attempts fail, and lets all through below. The
     /// model agrees with the bucket replayed attempt by attempt (replay) over 2,000 calls
@@ -646,7 +612,7 @@ mod tests {
         let budgeted = Retrying {
             max_attempts: 3,
             budget: Some(
-                Budget {
+                RateBudget {
                     ratio: 0.2,
                     floor: 1.0,
                 }

@@ -257,20 +257,14 @@ enum Budget {
 
 impl Budget {
     fn of(p: &PolicyEdge) -> Option<Budget> {
-        let ratio = p.retry_budget_ratio;
-        match (
-            p.min_retry_concurrency,
-            ratio,
-            p.retry_budget_min_per_second,
-        ) {
-            (Some(min), ..) => Some(Budget::Concurrency {
-                ratio: ratio.unwrap_or(0.0),
+        match p.min_retry_concurrency {
+            Some(min) => Some(Budget::Concurrency {
+                ratio: p.retry_budget_ratio.unwrap_or(0.0),
                 min: f64::from(min),
             }),
-            (None, None, None) => None,
-            (None, ratio, floor) => Some(Budget::Rate {
-                ratio: ratio.unwrap_or(0.0),
-                floor: floor.unwrap_or(0.0),
+            None => p.rate_budget().map(|b| Budget::Rate {
+                ratio: b.ratio,
+                floor: b.floor,
             }),
         }
     }
