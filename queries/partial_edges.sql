@@ -189,10 +189,24 @@ inv AS (
   SELECT edge, SUM(weight) AS deadline_inversions
   FROM findings WHERE kind = 'deadline_inversion'
   GROUP BY edge
+),
+-- The narrow tables joined first, the wide attempt sums once, probed against them: each
+-- join copies every column it passes on, and at width every chunk holds most edges.
+keyed AS (
+  SELECT lc.edge, n.caller, n.callee, n.operation,
+    lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
+    lc.retried_calls, lc.retried_failed_calls,
+    COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
+    COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
+    COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions
+  FROM lc
+  JOIN edge_names n ON n.edge = lc.edge
+  LEFT JOIN orph ON orph.edge = lc.edge
+  LEFT JOIN inv ON inv.edge = lc.edge
 )
-SELECT n.caller, n.callee, n.operation,
-  lc.logical_calls, lc.final_ok, lc.first_ok, lc.final_ok_retried,
-  lc.retried_calls, lc.retried_failed_calls,
+SELECT k.caller, k.callee, k.operation,
+  k.logical_calls, k.final_ok, k.first_ok, k.final_ok_retried,
+  k.retried_calls, k.retried_failed_calls,
   at.attempts, at.ok_attempts, at.timeout_attempts, at.timed_out_served_attempts,
   at.timed_out_server_ok_attempts, at.unbudgeted_served_attempts, at.served_budgeted_attempts,
   at.timeout_killed_attempts, at.first_attempts, at.retry_attempts, at.ok_retry_attempts,
@@ -207,11 +221,6 @@ SELECT n.caller, n.callee, n.operation,
   at.unsafe_retries, at.timeout_retries_on_writes, at.immediate_retries,
   at.non_retryable_retries, at.retries_after_deadline, at.unstable_key_retries,
   at.idempotency_hits, at.key_writes, at.keyed_writes,
-  COALESCE(orph.orphan_pairs, 0.0) AS orphan_pairs,
-  COALESCE(orph.orphan_work_ms, 0.0) AS orphan_work_ms,
-  COALESCE(inv.deadline_inversions, 0.0) AS deadline_inversions
-FROM at
-JOIN edge_names n ON n.edge = at.edge
-JOIN lc ON lc.edge = at.edge
-LEFT JOIN orph ON orph.edge = at.edge
-LEFT JOIN inv ON inv.edge = at.edge
+  k.orphan_pairs, k.orphan_work_ms, k.deadline_inversions
+FROM keyed k
+JOIN at ON at.edge = k.edge
