@@ -9,8 +9,29 @@ use std::path::Path;
 
 use common::{Server, get, post_traces, python, repo_root, stormglass, stormglass_exit, temp_dir};
 use serde_json::{Value, json};
-use stormglass_testkit::fixtures::{Spans, grpc_status, peer, retry, route, template};
+use stormglass_testkit::fixtures::{Id, Spans, grpc_status, peer, retry, route, template};
 use stormglass_testkit::otlp::kv;
+
+/// One checkout through `gateway` (ending at `gateway_end` ms) to `order` (at `end`):
+/// `order`'s SERVER span, for the calls it makes.
+fn checkout(s: &mut Spans, trace: u32, gateway_end: f64, end: f64) -> Id {
+    let g = s
+        .server(trace, "gateway", "GET /checkout")
+        .at(0.0, gateway_end)
+        .with(vec![route("/checkout")])
+        .add();
+    let c = s
+        .client(trace, "gateway", "POST")
+        .under(g)
+        .at(1.0, end + 1.0)
+        .with(vec![peer("order"), template("/orders"), retry(0)])
+        .add();
+    s.server(trace, "order", "POST /orders")
+        .under(c)
+        .at(2.0, end)
+        .with(vec![route("/orders")])
+        .add()
+}
 
 /// A gateway calls `order` over HTTP, which reserves stock at `inventory` over gRPC
 /// (`demo.Inventory/Reserve`); one call in four fails UNAVAILABLE first and succeeds on
@@ -18,23 +39,7 @@ use stormglass_testkit::otlp::kv;
 fn two_retrying_layers(calls: u32) -> Spans {
     let mut s = Spans::default();
     for trace in 1..=calls {
-        let g = s
-            .server(trace, "gateway", "GET /checkout")
-            .at(0.0, 400.0)
-            .with(vec![route("/checkout")])
-            .add();
-        let c = s
-            .client(trace, "gateway", "POST")
-            .under(g)
-            .at(1.0, 300.0)
-            .with(vec![peer("order"), template("/orders"), retry(0)])
-            .add();
-        let o = s
-            .server(trace, "order", "POST /orders")
-            .under(c)
-            .at(2.0, 299.0)
-            .with(vec![route("/orders")])
-            .add();
+        let o = checkout(&mut s, trace, 400.0, 299.0);
         let grpc = |s: &mut Spans, attempt: i64, at: f64, status: i64| {
             let a = s
                 .client(trace, "order", "Reserve")
@@ -130,6 +135,95 @@ fn advice_keeps_retries_at_the_deepest_layer() {
 
     let (ok, table, stderr) = stormglass(&["advise", "--format", "budget", &file]);
     assert!(ok, "{stderr}");
+    let budget = dir.join("budget.yaml");
+    std::fs::write(&budget, &table).unwrap();
+    let (code, out, err) = stormglass_exit(&["check-budget", budget.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{table}\n{out}{err}");
+}
+
+/// `order` reserves stock at `inventory` (40 ms) and then, with `charge`, charges at
+/// `payment` (150 ms), one after the other, for every request.
+fn reserve_then_charge(charge: bool) -> Spans {
+    let mut s = Spans::default();
+    for trace in 1..=40 {
+        let o = checkout(&mut s, trace, 210.0, 202.0);
+        let calls = [
+            ("inventory", "demo.Inventory", "Reserve", 5.0, 45.0),
+            ("payment", "demo.Payment", "Charge", 50.0, 200.0),
+        ];
+        for (callee, service, method, from, to) in &calls[..if charge { 2 } else { 1 }] {
+            let rpc = vec![kv("rpc.service", service), kv("rpc.method", method)];
+            let a = s
+                .client(trace, "order", method)
+                .under(o)
+                .at(*from, *to)
+                .with(rpc.clone())
+                .add();
+            s.server(trace, callee, method)
+                .under(a)
+                .at(from + 1.0, to - 1.0)
+                .with(rpc)
+                .add();
+        }
+    }
+    s
+}
+
+/// `advise --format json` over `spans`, written to `dir`.
+fn advise_json(dir: &Path, spans: &Spans) -> Value {
+    let file = write(dir, spans);
+    let (ok, stdout, stderr) = stormglass(&["advise", "--format", "json", &file]);
+    assert!(ok, "{stderr}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
+/// The advised edge into `callee`.
+fn advised(advice: &Value, callee: &str) -> Value {
+    (advice["edges"].as_array().unwrap().iter())
+        .find(|e| e["callee"] == callee)
+        .unwrap_or_else(|| panic!("no edge to {callee}: {advice:#}"))
+        .clone()
+}
+
+/// Alone, `inventory` may try 3 times within what `order` has (its timeout, 300 ms); made
+/// one after the other with `payment`, the two calls' worst cases must fit it together, so
+/// `inventory` tries once; the budget table names the sequence and passes `check-budget`.
+#[test]
+fn sequential_calls_fit_the_callers_budget_together() {
+    let dir = temp_dir("advise-sequential");
+    let alone = advise_json(&dir, &reserve_then_charge(false));
+    assert_eq!(advised(&alone, "inventory")["max_attempts"], 3, "{alone:#}");
+    assert!(alone.get("sequential").is_none(), "{alone:#}");
+
+    let spans = reserve_then_charge(true);
+    let advice = advise_json(&dir, &spans);
+    assert_eq!(
+        advice["sequential"],
+        json!({"order": ["inventory", "payment"]}),
+        "{advice:#}"
+    );
+    let inventory = advised(&advice, "inventory");
+    assert_eq!(inventory["max_attempts"], 1, "{inventory:#}");
+    assert!(
+        (inventory["attempts_reason"].as_str().unwrap())
+            .contains("order's calls to inventory, payment one after another fit"),
+        "{inventory:#}"
+    );
+    assert!(
+        advice["findings"].as_array().unwrap().is_empty(),
+        "{advice:#}"
+    );
+
+    let file = write(&dir, &spans);
+    let (ok, text, stderr) = stormglass(&["advise", &file]);
+    assert!(ok, "{stderr}");
+    assert!(text.contains("\norder: inventory, payment\n"), "{text}");
+    let (ok, table, stderr) = stormglass(&["advise", "--format", "budget", &file]);
+    assert!(ok, "{stderr}");
+    assert!(
+        table.contains("sequential:\n  order:\n  - inventory\n  - payment\n"),
+        "{table}"
+    );
     let budget = dir.join("budget.yaml");
     std::fs::write(&budget, &table).unwrap();
     let (code, out, err) = stormglass_exit(&["check-budget", budget.to_str().unwrap()]);

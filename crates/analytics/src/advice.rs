@@ -116,6 +116,10 @@ pub struct Advice {
     pub edges: Vec<EdgeAdvice>,
     pub layers: Vec<LayerAdvice>,
     pub findings: Vec<AdviceFinding>,
+    /// Per calling service, the callees its requests call one after another, whose
+    /// timeouts, attempts and backoffs were fitted into its budget together.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sequential: BTreeMap<String, Vec<String>>,
     /// What a selection ([`Advice::listed`]) lists; absent from the whole advice.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listing: Option<Listing>,
@@ -150,6 +154,12 @@ impl Advice {
                 .iter()
                 .filter(|f| listed(&f.caller, &f.callee, &f.operation))
                 .cloned()
+                .collect(),
+            sequential: self
+                .sequential
+                .iter()
+                .filter(|(service, _)| layers.contains(service.as_str()))
+                .map(|(s, callees)| (s.clone(), callees.clone()))
                 .collect(),
             listing: selected.listing.clone(),
         }
@@ -318,6 +328,77 @@ fn budget_too_small(e: &EdgeFigures, message: String) -> AdviceFinding {
     }
 }
 
+/// Fit the calls `service` makes one after another (`sequence`, its callees in order) into
+/// its budget `have`: their worst cases (each callee's longest advised edge) summed must fit
+/// it, as `check-budget` checks a budget table's `sequential` calls. Retries go first, the
+/// edge with the longest worst case first; what still does not fit gets a
+/// `budget_too_small` finding naming the budget to raise.
+fn fit_sequence(
+    service: &str,
+    sequence: &[String],
+    have: f64,
+    drafts: &mut [(&EdgeFigures, EdgeAdvice)],
+    findings: &mut Vec<AdviceFinding>,
+) {
+    let worst = |a: &EdgeAdvice| {
+        a.timeout_ms
+            .map_or(0.0, |t| worst_ms(a.max_attempts, t, a.backoff.initial_ms))
+    };
+    let step = |drafts: &[(&EdgeFigures, EdgeAdvice)], callee: &str| {
+        (drafts.iter())
+            .filter(|(_, a)| a.callee == callee)
+            .map(|(_, a)| worst(a))
+            .fold(0.0, f64::max)
+    };
+    let in_sequence = |a: &EdgeAdvice| sequence.contains(&a.callee);
+    let mut cut = vec![false; drafts.len()];
+    loop {
+        let steps: Vec<f64> = sequence.iter().map(|c| step(drafts, c)).collect();
+        let sum: f64 = steps.iter().sum();
+        if sum <= have {
+            break;
+        }
+        let longest = (drafts.iter().enumerate())
+            .filter(|(_, (_, a))| in_sequence(a) && a.max_attempts > 1 && a.timeout_ms.is_some())
+            .max_by(|(_, (_, a)), (_, (_, b))| worst(a).total_cmp(&worst(b)))
+            .map(|(i, _)| i);
+        if let Some(i) = longest {
+            drafts[i].1.max_attempts -= 1;
+            cut[i] = true;
+            continue;
+        }
+        let Some((first, _)) = drafts.iter().find(|(_, a)| a.callee == sequence[0]) else {
+            break;
+        };
+        let terms: Vec<String> = steps.iter().map(|w| format!("{}", w.ceil())).collect();
+        findings.push(budget_too_small(
+            first,
+            format!(
+                "{service} calls {} one after another: their timeouts take {} = {} ms at \
+                 worst, more than the {have} ms {service} has (the longest timeout its callers \
+                 are advised): raise the timeouts of the calls to {service} to at least {} ms, \
+                 or make these calls in parallel",
+                sequence.join(", "),
+                terms.join(" + "),
+                sum.ceil(),
+                sum.ceil()
+            ),
+        ));
+        break;
+    }
+    for ((_, a), cut) in drafts.iter_mut().zip(cut) {
+        if cut {
+            a.attempts_reason = format!(
+                "{}; {} attempt(s) so that {service}'s calls to {} one after another fit its \
+                 {have} ms",
+                a.attempts_reason,
+                a.max_attempts,
+                sequence.join(", ")
+            );
+        }
+    }
+}
+
 /// Services in the order budgets flow: callers before their callees (Kahn's order from the
 /// services nobody calls); services on a cycle follow, in name order.
 fn top_down(edges: &[EdgeFigures]) -> Vec<&str> {
@@ -446,7 +527,11 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
     let mut budget: BTreeMap<String, f64> = BTreeMap::new();
     // Per callee, the most retries per call a retrying edge into it is allowed.
     let mut bound: HashMap<&str, f64> = HashMap::new();
-    let mut advice = Advice::default();
+    let mut advice = Advice {
+        sequential: report.sequential_calls.clone(),
+        ..Advice::default()
+    };
+    let mut drafts: Vec<(&EdgeFigures, EdgeAdvice)> = Vec::new();
     for service in top_down(&report.edges) {
         for e in by_caller.get(service).into_iter().flatten() {
             let leaf = !calls_out.contains(e.callee.as_str());
@@ -564,7 +649,39 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                 let entry = budget.entry(e.callee.clone()).or_insert(t);
                 *entry = entry.max(t);
             }
-            let (ratio, floor) = if attempts > 1 {
+            drafts.push((
+                *e,
+                EdgeAdvice {
+                    caller: e.caller.clone(),
+                    callee: e.callee.clone(),
+                    operation: e.operation.clone(),
+                    timeout_ms: timeout,
+                    timeout_source: source,
+                    max_attempts: attempts,
+                    attempts_reason: reason,
+                    backoff: Backoff {
+                        initial_ms: initial,
+                        max_ms: timeout.unwrap_or(initial).max(initial),
+                        multiplier: 2.0,
+                        jitter: "full",
+                    },
+                    retry_budget_ratio: 0.0,
+                    retry_budget_min_per_second: 0.0,
+                    reasons: reasons(
+                        e,
+                        !leaf,
+                        amplification.get(e.callee.as_str()).copied().flatten(),
+                    ),
+                },
+            ));
+        }
+        if let (Some(sequence), Some(&have)) =
+            (report.sequential_calls.get(service), budget.get(service))
+        {
+            fit_sequence(service, sequence, have, &mut drafts, &mut advice.findings);
+        }
+        for (e, mut a) in drafts.drain(..) {
+            if a.max_attempts > 1 {
                 let ratio = (2.0 * e.retry_contribution.unwrap_or(0.0))
                     .clamp(MIN_BUDGET_RATIO, MAX_BUDGET_RATIO);
                 let ratio = (ratio * 100.0).round() / 100.0;
@@ -585,33 +702,11 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                         .map(|s| e.logical_calls as f64 / upstream / s),
                 );
                 let b = bound.entry(e.callee.as_str()).or_default();
-                *b = b.max(per_call.min(f64::from(attempts - 1)));
-                (ratio, floor)
-            } else {
-                (0.0, 0.0)
-            };
-            advice.edges.push(EdgeAdvice {
-                caller: e.caller.clone(),
-                callee: e.callee.clone(),
-                operation: e.operation.clone(),
-                timeout_ms: timeout,
-                timeout_source: source,
-                max_attempts: attempts,
-                attempts_reason: reason,
-                backoff: Backoff {
-                    initial_ms: initial,
-                    max_ms: timeout.unwrap_or(initial).max(initial),
-                    multiplier: 2.0,
-                    jitter: "full",
-                },
-                retry_budget_ratio: ratio,
-                retry_budget_min_per_second: floor,
-                reasons: reasons(
-                    e,
-                    !leaf,
-                    amplification.get(e.callee.as_str()).copied().flatten(),
-                ),
-            });
+                *b = b.max(per_call.min(f64::from(a.max_attempts - 1)));
+                a.retry_budget_ratio = ratio;
+                a.retry_budget_min_per_second = floor;
+            }
+            advice.edges.push(a);
         }
     }
     advice.edges.sort_by(|a, b| {
@@ -669,6 +764,68 @@ mod tests {
         e.callee_p999_ms = Some(p999);
         e.callee_median_ms = Some(p999 / 10.0);
         e
+    }
+
+    /// Calls made one after another fit their caller's budget together, as the budget
+    /// table 800 = 300 + 400 + 100 does: their retries go first, the longest worst case
+    /// first; when their timeouts alone take more, a finding names the sum.
+    #[test]
+    fn sequential_calls_fitted_together() {
+        let params = AdviceParams {
+            timeout_factor: 2.0,
+            min_backoff_ms: 5.0,
+            min_timeout_ms: 50.0,
+        };
+        let mut report = Report {
+            edges: vec![
+                edge("gateway", "order", 400.0),
+                edge("order", "inventory", 150.0),
+                edge("order", "payment", 200.0),
+                edge("order", "user", 50.0),
+            ],
+            ..Report::default()
+        };
+        let sequence = ["inventory", "payment", "user"].map(String::from).to_vec();
+        report
+            .sequential_calls
+            .insert("order".to_owned(), sequence.clone());
+        let advice = advise(&report, &params);
+        let by = |a: &Advice, callee: &str| {
+            let e = a.edges.iter().find(|e| e.callee == callee).unwrap();
+            (e.timeout_ms, e.max_attempts)
+        };
+        // Alone, inventory could try twice (615 ms) and user 3 times (315 ms) in 800 ms;
+        // after one another, only the timeouts fit: 300 + 400 + 100.
+        assert_eq!(by(&advice, "inventory"), (Some(300.0), 1));
+        assert_eq!(by(&advice, "payment"), (Some(400.0), 1));
+        assert_eq!(by(&advice, "user"), (Some(100.0), 1));
+        assert!(advice.findings.is_empty(), "{:?}", advice.findings);
+        let user = advice.edges.iter().find(|e| e.callee == "user").unwrap();
+        assert!(
+            user.attempts_reason.ends_with(
+                "order's calls to inventory, payment, user one after another fit its 800 ms"
+            ),
+            "{}",
+            user.attempts_reason
+        );
+        assert_eq!(advice.sequential["order"], sequence);
+        // Apart, the same edges keep their retries.
+        report.sequential_calls.clear();
+        let apart = advise(&report, &params);
+        assert_eq!(by(&apart, "inventory"), (Some(300.0), 2));
+        assert_eq!(by(&apart, "user"), (Some(100.0), 3));
+        // A slower user service: 300 + 400 + 200 cannot fit 800 ms.
+        report.sequential_calls.insert("order".to_owned(), sequence);
+        report.edges[3].callee_p999_ms = Some(100.0);
+        let advice = advise(&report, &params);
+        assert_eq!(advice.findings.len(), 1, "{:?}", advice.findings);
+        assert_eq!(advice.findings[0].kind, "budget_too_small");
+        assert_eq!(advice.findings[0].callee, "inventory");
+        let message = &advice.findings[0].message;
+        assert!(
+            message.contains("300 + 400 + 200 = 900 ms") && message.contains("at least 900 ms"),
+            "{message}"
+        );
     }
 
     /// Only the deepest edge of a path retries; each timeout is its P99.9 x the factor; a

@@ -60,6 +60,7 @@ pub const PARTIALS: &[Query] = &[
     query!("partial_orphans"),
     query!("partial_orphan_list"),
     query!("partial_links"),
+    query!("partial_sequences"),
     query!("partial_clock_skew"),
     query!("partial_tail"),
     query!("partial_budgets"),

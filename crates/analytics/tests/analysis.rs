@@ -1338,6 +1338,7 @@ async fn merged_chunks_hold_a_key_once() {
     let merged_tables = [
         "partial_edges",
         "partial_links",
+        "partial_sequences",
         "partial_attempts",
         "partial_calls",
         "partial_latency",
@@ -1443,6 +1444,20 @@ async fn timeout_below_every_callee_duration() {
     let e = edge(&r, "web", "inv");
     assert_eq!(e.timeout_ms, Some(50.0));
     assert_eq!(e.timeout_below_tail, Some(true));
+}
+
+/// The calls each service makes one after another, as the window's partials carry them to
+/// the advice, are the ones `check-budget --emit` reads from every logical call.
+#[tokio::test]
+async fn sequential_calls_from_partials_match_the_calls() {
+    let s = fixtures::every_fixture();
+    let r = report(&s).await;
+    let ctx = Engine::default().query_context(batch(&s)).await.unwrap();
+    let from_calls = stormglass_analytics::budget_table::sequential_in(&ctx)
+        .await
+        .unwrap();
+    assert!(!from_calls.is_empty(), "the fixtures make sequential calls");
+    assert_eq!(r.sequential_calls, from_calls);
 }
 
 /// Coarse clocks: two back-to-back calls of 500 ms and 400 ms budget under an 800 ms

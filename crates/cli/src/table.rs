@@ -278,6 +278,15 @@ pub fn advice(a: &stormglass_analytics::advice::Advice) -> String {
         })
         .collect();
     out += &grid(&["service", "amplification", "under the advice"], &rows);
+    if !a.sequential.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nCalled one after another, fitted into the caller's budget together"
+        );
+        for (service, callees) in &a.sequential {
+            let _ = writeln!(out, "{service}: {}", callees.join(", "));
+        }
+    }
     for f in &a.findings {
         let _ = writeln!(out, "{}: {}", f.kind, f.message);
     }

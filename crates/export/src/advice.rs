@@ -41,6 +41,8 @@ pub fn budget_file(advice: &Advice) -> String {
     #[derive(Serialize)]
     struct FileOut<'a> {
         edges: Vec<EdgeOut<'a>>,
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        sequential: &'a BTreeMap<String, Vec<String>>,
     }
     let mut edges = Vec::new();
     let mut unmeasured = Vec::new();
@@ -73,7 +75,11 @@ pub fn budget_file(advice: &Advice) -> String {
             unmeasured.join(", ")
         ));
     }
-    text + &serde_saphyr::to_string(&FileOut { edges }).unwrap_or_default()
+    let file = FileOut {
+        edges,
+        sequential: &advice.sequential,
+    };
+    text + &serde_saphyr::to_string(&file).unwrap_or_default()
 }
 
 /// A gRPC operation's `service` and `method` (`pkg.Service/Method`, with or without a

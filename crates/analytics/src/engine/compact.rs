@@ -43,6 +43,12 @@ pub(super) const MERGED: &[Merge] = &[
         minima: &[],
     },
     Merge {
+        table: "partial_sequences",
+        keys: &["caller", "sequence"],
+        maxima: &[],
+        minima: &[],
+    },
+    Merge {
         table: "partial_links",
         keys: &[
             "entry_service",

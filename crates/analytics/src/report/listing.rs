@@ -205,6 +205,7 @@ impl Report {
             alerts: self.alerts.clone(),
             listing: Some(listing),
             figures: self.figures,
+            sequential_calls: self.sequential_calls.clone(),
         }
     }
 }

@@ -468,6 +468,11 @@ pub struct Report {
     /// what they derived from them already. `None` offline.
     #[serde(skip)]
     pub figures: Option<u64>,
+    /// Per calling service, the callees most of its requests called one after another
+    /// (`partial_sequences.sql`): the calls whose timeouts the advice fits into its budget
+    /// together. Not part of the report's JSON.
+    #[serde(skip)]
+    pub sequential_calls: BTreeMap<String, Vec<String>>,
 }
 
 mod build;
