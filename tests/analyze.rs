@@ -1124,6 +1124,12 @@ fn advice_at_width_lists_the_worst_and_configures_all() {
         "{}",
         &budget[..300.min(budget.len())]
     );
+    // ... which check-budget passes: each service's calls fit the shortest timeout of its
+    // callers, the budget check-budget reads.
+    let table = file.with_file_name("budget.yaml");
+    std::fs::write(&table, &budget).unwrap();
+    let (code, out, err) = common::stormglass_exit(&["check-budget", path(&table)]);
+    assert_eq!(code, Some(0), "{}{err}", &out[..2000.min(out.len())]);
 }
 
 /// Replay and what-if at width: each lists the worst 200 edges (and layers) by default,

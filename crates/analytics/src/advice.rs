@@ -4,8 +4,9 @@
 //!
 //! * **timeout**: the P99.9 of the operation the timeout guards (`callee_p999_ms`) x
 //!   `advice.timeout_factor`, in whole milliseconds; where no SERVER span measured it, the
-//!   timeout observed. It must fit what the caller has: its own budget is the longest
-//!   timeout its callers give it (none for an entry service). A timeout that does not fit
+//!   timeout observed. It must fit what the caller has: its own budget, as `check-budget`
+//!   reads the budget table, is the shortest of its callers' timeouts (each caller's
+//!   longest over its operations; none for an entry service). A timeout that does not fit
 //!   is cut to it, with a `budget_too_small` finding naming the budget to raise.
 //! * **attempts**: retries at one layer of any path, the deepest: an edge retries (3
 //!   attempts) only when its callee calls no one (a retry there repeats one call, not a
@@ -375,7 +376,7 @@ fn fit_sequence(
             first,
             format!(
                 "{service} calls {} one after another: their timeouts take {} = {} ms at \
-                 worst, more than the {have} ms {service} has (the longest timeout its callers \
+                 worst, more than the {have} ms {service} has (the shortest timeout its callers \
                  are advised): raise the timeouts of the calls to {service} to at least {} ms, \
                  or make these calls in parallel",
                 sequence.join(", "),
@@ -523,8 +524,10 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
     for e in &report.edges {
         by_caller.entry(&e.caller).or_default().push(e);
     }
-    // A service's budget: the longest per-attempt timeout its callers are advised.
-    let mut budget: BTreeMap<String, f64> = BTreeMap::new();
+    // A service's budget as `check-budget` reads the budget table the advice writes: per
+    // calling service its longest advised timeout (the table's entry for the pair), and
+    // the shortest of those over its callers (static timeouts serve every caller's calls).
+    let mut into: HashMap<String, BTreeMap<String, f64>> = HashMap::new();
     // Per callee, the most retries per call a retrying edge into it is allowed.
     let mut bound: HashMap<&str, f64> = HashMap::new();
     let mut advice = Advice {
@@ -533,6 +536,8 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
     };
     let mut drafts: Vec<(&EdgeFigures, EdgeAdvice)> = Vec::new();
     for service in top_down(&report.edges) {
+        let budget =
+            (into.get(service)).and_then(|callers| callers.values().copied().reduce(f64::min));
         for e in by_caller.get(service).into_iter().flatten() {
             let leaf = !calls_out.contains(e.callee.as_str());
             let (mut timeout, mut source) = match (e.callee_p999_ms, e.timeout_ms) {
@@ -592,12 +597,12 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                     .unwrap_or(params.min_backoff_ms)
                     .max(params.min_backoff_ms),
             );
-            if let (Some(t), Some(&have)) = (timeout, budget.get(&e.caller)) {
+            if let (Some(t), Some(have)) = (timeout, budget) {
                 if t > have {
                     advice.findings.push(budget_too_small(
                         e,
                         format!(
-                            "{} has {have} ms (the longest timeout its callers are advised) for \
+                            "{} has {have} ms (the shortest timeout its callers are advised) for \
                              {} {}, whose P99.9 x {} is {t} ms: raise the timeouts of the calls \
                              to {} to at least {t} ms, or make {} faster",
                             e.caller,
@@ -646,8 +651,10 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                 }
             }
             if let Some(t) = timeout {
-                let entry = budget.entry(e.callee.clone()).or_insert(t);
-                *entry = entry.max(t);
+                let pair = (into.entry(e.callee.clone()).or_default())
+                    .entry(e.caller.clone())
+                    .or_insert(t);
+                *pair = pair.max(t);
             }
             drafts.push((
                 *e,
@@ -675,9 +682,7 @@ pub fn advise(report: &Report, params: &AdviceParams) -> Advice {
                 },
             ));
         }
-        if let (Some(sequence), Some(&have)) =
-            (report.sequential_calls.get(service), budget.get(service))
-        {
+        if let (Some(sequence), Some(have)) = (report.sequential_calls.get(service), budget) {
             fit_sequence(service, sequence, have, &mut drafts, &mut advice.findings);
         }
         for (e, mut a) in drafts.drain(..) {
@@ -752,6 +757,16 @@ mod tests {
         assert_eq!(worst_ms(3, 100.0, 10.0), 300.0 + 10.0 + 20.0);
     }
 
+    /// The advice's settings with `timeout_factor`, backoffs of at least 5 ms and timeouts
+    /// of at least 50 ms.
+    fn params(timeout_factor: f64) -> AdviceParams {
+        AdviceParams {
+            timeout_factor,
+            min_backoff_ms: 5.0,
+            min_timeout_ms: 50.0,
+        }
+    }
+
     fn edge(caller: &str, callee: &str, p999: f64) -> EdgeFigures {
         let mut e: EdgeFigures = serde_json::from_value(serde_json::json!({
             "caller": caller, "callee": callee, "operation": "op",
@@ -766,16 +781,46 @@ mod tests {
         e
     }
 
+    /// A service called by two callers has the shorter of their timeouts, as `check-budget`
+    /// reads the budget table: a static timeout serves the calls made for either.
+    #[test]
+    fn the_shortest_caller_timeout_is_the_budget() {
+        let params = params(1.5);
+        let report = Report {
+            edges: vec![
+                edge("gateway", "order", 400.0),
+                edge("admin", "order", 40.0),
+                edge("order", "inventory", 100.0),
+            ],
+            ..Report::default()
+        };
+        let advice = advise(&report, &params);
+        let inventory = advice
+            .edges
+            .iter()
+            .find(|e| e.callee == "inventory")
+            .unwrap();
+        assert_eq!(
+            (inventory.timeout_ms, inventory.timeout_source),
+            (Some(60.0), Some("budget")),
+            "{inventory:?}"
+        );
+        assert_eq!(advice.findings.len(), 1, "{:?}", advice.findings);
+        assert!(
+            advice.findings[0]
+                .message
+                .starts_with("order has 60 ms (the shortest timeout its callers are advised)"),
+            "{:?}",
+            advice.findings
+        );
+    }
+
     /// Calls made one after another fit their caller's budget together, as the budget
     /// table 800 = 300 + 400 + 100 does: their retries go first, the longest worst case
     /// first; when their timeouts alone take more, a finding names the sum.
     #[test]
     fn sequential_calls_fitted_together() {
-        let params = AdviceParams {
-            timeout_factor: 2.0,
-            min_backoff_ms: 5.0,
-            min_timeout_ms: 50.0,
-        };
+        let params = params(2.0);
         let mut report = Report {
             edges: vec![
                 edge("gateway", "order", 400.0),
@@ -834,11 +879,7 @@ mod tests {
     /// that cannot fit is cut, with the finding naming the budget to raise.
     #[test]
     fn one_retrying_layer_fitted_into_the_budgets() {
-        let params = AdviceParams {
-            timeout_factor: 1.5,
-            min_backoff_ms: 5.0,
-            min_timeout_ms: 50.0,
-        };
+        let params = params(1.5);
         let mut report = Report::default();
         report.window.seconds = Some(60.0);
         report.edges = vec![
