@@ -392,44 +392,35 @@ pub fn against(declared: &Declared, observed: &[Observed], timeout_factor: f64) 
     found
 }
 
-/// One logical call's place under its calling span, as `sequential` reads it.
+/// One row of `p_sequences` (`partial_sequences.sql`): requests of `caller` that called the
+/// callees of `sequence` one after another.
 #[derive(Debug, Deserialize)]
-pub struct CallRow {
+pub struct SequenceRow {
     pub caller: String,
-    pub callee: String,
-    pub parent_span_id: Option<String>,
-    pub start_ns: i64,
-    pub end_ns: i64,
+    pub sequence: String,
+    pub n: f64,
 }
 
-/// Per service, the sequence of callees it most often called one after another (each call
-/// starting after the one before ended) while serving one request; two calls at least.
-pub fn sequential(calls: &[CallRow]) -> BTreeMap<String, Vec<String>> {
-    let mut by_parent: BTreeMap<(&str, &str), Vec<&CallRow>> = BTreeMap::new();
-    for c in calls {
-        if let Some(parent) = &c.parent_span_id {
-            by_parent.entry((&c.caller, parent)).or_default().push(c);
+/// Per calling service, the sequence of callees most of its requests called one after
+/// another (the first in order of equals), from a window's rows of `p_sequences` (one per
+/// interval or chunk that saw it).
+pub fn sequential(rows: Vec<SequenceRow>) -> BTreeMap<String, Vec<String>> {
+    let mut made: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for row in rows {
+        *made.entry((row.caller, row.sequence)).or_default() += row.n;
+    }
+    let mut most: BTreeMap<String, (f64, String)> = BTreeMap::new();
+    for ((caller, sequence), n) in made {
+        let best = most.entry(caller).or_insert((0.0, String::new()));
+        if n > best.0 {
+            *best = (n, sequence);
         }
     }
-    let mut counts: BTreeMap<(&str, Vec<&str>), usize> = BTreeMap::new();
-    for ((caller, _), mut list) in by_parent {
-        list.sort_by_key(|c| (c.start_ns, c.end_ns));
-        let one_after_another = list.windows(2).all(|w| w[1].start_ns >= w[0].end_ns);
-        let mut callees: Vec<&str> = list.iter().map(|c| c.callee.as_str()).collect();
-        callees.dedup();
-        if one_after_another && callees.len() >= 2 {
-            *counts.entry((caller, callees)).or_default() += 1;
-        }
-    }
-    let mut best: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
-    for ((caller, callees), n) in counts {
-        let entry = best.entry(caller.to_owned()).or_default();
-        if n > entry.0 {
-            *entry = (n, callees.iter().map(|c| (*c).to_owned()).collect());
-        }
-    }
-    best.into_iter()
-        .map(|(s, (_, callees))| (s, callees))
+    most.into_iter()
+        .map(|(caller, (_, sequence))| {
+            let callees = sequence.split(" > ").map(str::to_owned).collect();
+            (caller, callees)
+        })
         .collect()
 }
 
@@ -510,8 +501,9 @@ fn declared_table(declared: &Declared) -> Table {
 pub async fn sequential_in(
     ctx: &SessionContext,
 ) -> Result<BTreeMap<String, Vec<String>>, AnalysisError> {
-    let calls: Vec<CallRow> = rows(&run(ctx, &queries::BUDGET_CALLS).await?);
-    Ok(sequential(&calls))
+    Ok(sequential(rows(
+        &crate::table::table(ctx, "p_sequences").await?,
+    )))
 }
 
 #[cfg(test)]

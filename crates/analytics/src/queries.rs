@@ -89,18 +89,11 @@ pub const LATE_LATENCY: Query = query!("late_latency");
 /// tables of one window, see [`crate::engine::Engine::query_context`]).
 pub const BUDGET_EDGES: Query = query!("budget_edges");
 pub const BUDGET_SERVED: Query = query!("budget_served");
-pub const BUDGET_CALLS: Query = query!("budget_calls");
 pub const REPLAY_CALLS: Query = query!("replay_calls");
 pub const REPLAY_ATTEMPTS: Query = query!("replay_attempts");
 
 /// Every query over a query context, for the registry's tests.
-pub const COMMANDS: &[Query] = &[
-    BUDGET_EDGES,
-    BUDGET_SERVED,
-    BUDGET_CALLS,
-    REPLAY_CALLS,
-    REPLAY_ATTEMPTS,
-];
+pub const COMMANDS: &[Query] = &[BUDGET_EDGES, BUDGET_SERVED, REPLAY_CALLS, REPLAY_ATTEMPTS];
 
 /// The table name a partial is merged under in the report stage.
 pub fn merged_name(partial: &str) -> String {

@@ -1447,17 +1447,62 @@ async fn timeout_below_every_callee_duration() {
 }
 
 /// The calls each service makes one after another, as the window's partials carry them to
-/// the advice, are the ones `check-budget --emit` reads from every logical call.
+/// the advice and `check-budget --emit`, are the ones found by sorting every logical call
+/// under its calling span (the rule done again here, over the `logical_calls` table).
 #[tokio::test]
 async fn sequential_calls_from_partials_match_the_calls() {
+    #[derive(serde::Deserialize)]
+    struct Call {
+        caller: String,
+        callee: String,
+        parent: Option<String>,
+        start_ns: i64,
+        end_ns: i64,
+    }
     let s = fixtures::every_fixture();
     let r = report(&s).await;
     let ctx = Engine::default().query_context(batch(&s)).await.unwrap();
-    let from_calls = stormglass_analytics::budget_table::sequential_in(&ctx)
+    let calls: Vec<Call> = stormglass_analytics::table::sql_rows(
+        &ctx,
+        "SELECT caller, callee, encode(CAST(parent_span_id AS BYTEA), 'hex') AS parent, \
+         start_ns, end_ns FROM logical_calls WHERE caller <> 'unknown'",
+    )
+    .await
+    .unwrap();
+    use std::collections::BTreeMap;
+    let mut by_parent: BTreeMap<(&str, &str), Vec<&Call>> = BTreeMap::new();
+    for c in &calls {
+        if let Some(parent) = &c.parent {
+            by_parent.entry((&c.caller, parent)).or_default().push(c);
+        }
+    }
+    let mut counts: BTreeMap<(&str, Vec<&str>), usize> = BTreeMap::new();
+    for ((caller, _), mut list) in by_parent {
+        list.sort_by_key(|c| (c.start_ns, c.end_ns));
+        let one_after_another = list.windows(2).all(|w| w[1].start_ns >= w[0].end_ns);
+        let mut callees: Vec<&str> = list.iter().map(|c| c.callee.as_str()).collect();
+        callees.dedup();
+        if one_after_another && callees.len() >= 2 {
+            *counts.entry((caller, callees)).or_default() += 1;
+        }
+    }
+    let mut most: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    for ((caller, callees), n) in counts {
+        let best = most.entry(caller.to_owned()).or_default();
+        if n > best.0 {
+            *best = (n, callees.iter().map(|c| (*c).to_owned()).collect());
+        }
+    }
+    let expected: BTreeMap<String, Vec<String>> = most
+        .into_iter()
+        .map(|(s, (_, callees))| (s, callees))
+        .collect();
+    assert!(!expected.is_empty(), "the fixtures make sequential calls");
+    assert_eq!(r.sequential_calls, expected);
+    let emitted = stormglass_analytics::budget_table::sequential_in(&ctx)
         .await
         .unwrap();
-    assert!(!from_calls.is_empty(), "the fixtures make sequential calls");
-    assert_eq!(r.sequential_calls, from_calls);
+    assert_eq!(emitted, expected);
 }
 
 /// Coarse clocks: two back-to-back calls of 500 ms and 400 ms budget under an 800 ms

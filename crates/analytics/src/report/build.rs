@@ -1,7 +1,7 @@
 //! Building a window's report from its merged partials: each report table read into its
 //! typed rows, the figures a second query adds joined by edge, storm potential added.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -68,36 +68,6 @@ impl ReportTables {
             None => unreachable!("{name} is a report query"),
         }
     }
-}
-
-/// One row of `p_sequences`: requests of `caller` that called `sequence` one after another.
-#[derive(Deserialize)]
-struct Sequence {
-    caller: String,
-    sequence: String,
-    n: f64,
-}
-
-/// Per calling service, the sequence most of its requests made (the first in order of
-/// equals), from the window's rows of `p_sequences` (one per interval that saw it).
-fn sequential_calls(rows: Vec<Sequence>) -> BTreeMap<String, Vec<String>> {
-    let mut made: BTreeMap<(String, String), f64> = BTreeMap::new();
-    for row in rows {
-        *made.entry((row.caller, row.sequence)).or_default() += row.n;
-    }
-    let mut most: BTreeMap<String, (f64, String)> = BTreeMap::new();
-    for ((caller, sequence), n) in made {
-        let best = most.entry(caller).or_insert((0.0, String::new()));
-        if n > best.0 {
-            *best = (n, sequence);
-        }
-    }
-    most.into_iter()
-        .map(|(caller, (_, sequence))| {
-            let callees = sequence.split(" > ").map(str::to_owned).collect();
-            (caller, callees)
-        })
-        .collect()
 }
 
 /// Window bounds: given ones (live), else the analysed spans' range (offline).
@@ -230,7 +200,8 @@ impl Report {
             .take(MAX_LISTED_ORPHANS)
             .collect();
         orphans.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
-        let sequential_calls = sequential_calls(into_rows(tables.take("p_sequences").await?));
+        let sequential_calls =
+            crate::budget_table::sequential(into_rows(tables.take("p_sequences").await?));
         // The shares' fields spelled out, not `#[serde(flatten)]`: flattening buffers every
         // row into a map first, a tenth of the report at 178,000 edges.
         #[derive(Deserialize)]
