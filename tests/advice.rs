@@ -88,17 +88,8 @@ fn advice_keeps_retries_at_the_deepest_layer() {
     let (ok, stdout, stderr) = stormglass(&["advise", "--format", "json", &file]);
     assert!(ok, "{stderr}");
     let advice: Value = serde_json::from_str(&stdout).unwrap();
-    let edge = |callee: &str| {
-        advice["edges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["callee"] == callee)
-            .unwrap_or_else(|| panic!("no edge to {callee}: {advice:#}"))
-            .clone()
-    };
-    let order = edge("order");
-    let inventory = edge("inventory");
+    let order = advised_edge(&advice, "order");
+    let inventory = advised_edge(&advice, "inventory");
     assert_eq!(order["max_attempts"], 1, "{order:#}");
     assert_eq!(order["retry_budget_ratio"], 0.0, "{order:#}");
     assert_eq!(inventory["operation"], "demo.Inventory/Reserve");
@@ -111,15 +102,7 @@ fn advice_keeps_retries_at_the_deepest_layer() {
     // A quarter of the successful calls needed a retry: twice that, capped at 20%.
     assert_eq!(inventory["retry_budget_ratio"], 0.2, "{inventory:#}");
     assert!(inventory["retry_budget_min_per_second"].as_f64().unwrap() >= 1.0);
-    let layer = |s: &str| {
-        advice["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["service"] == s)
-            .unwrap()
-            .clone()
-    };
+    let layer = |s: &str| advised_layer(&advice, s);
     // The ratio's 20% and the floor's as many again at the window's call rate.
     assert_eq!(layer("inventory")["amplification_advised"], 1.4);
     assert_eq!(layer("order")["amplification_advised"], 1.0);
@@ -177,8 +160,16 @@ fn advise_json(dir: &Path, spans: &Spans) -> Value {
     serde_json::from_str(&stdout).unwrap()
 }
 
+/// The advice's layer `service`.
+fn advised_layer(advice: &Value, service: &str) -> Value {
+    (advice["layers"].as_array().unwrap().iter())
+        .find(|l| l["service"] == service)
+        .unwrap_or_else(|| panic!("no layer {service}: {advice:#}"))
+        .clone()
+}
+
 /// The advised edge into `callee`.
-fn advised(advice: &Value, callee: &str) -> Value {
+fn advised_edge(advice: &Value, callee: &str) -> Value {
     (advice["edges"].as_array().unwrap().iter())
         .find(|e| e["callee"] == callee)
         .unwrap_or_else(|| panic!("no edge to {callee}: {advice:#}"))
@@ -192,7 +183,11 @@ fn advised(advice: &Value, callee: &str) -> Value {
 fn sequential_calls_fit_the_callers_budget_together() {
     let dir = temp_dir("advise-sequential");
     let alone = advise_json(&dir, &reserve_then_charge(false));
-    assert_eq!(advised(&alone, "inventory")["max_attempts"], 3, "{alone:#}");
+    assert_eq!(
+        advised_edge(&alone, "inventory")["max_attempts"],
+        3,
+        "{alone:#}"
+    );
     assert!(alone.get("sequential").is_none(), "{alone:#}");
 
     let spans = reserve_then_charge(true);
@@ -202,7 +197,7 @@ fn sequential_calls_fit_the_callers_budget_together() {
         json!({"order": ["inventory", "payment"]}),
         "{advice:#}"
     );
-    let inventory = advised(&advice, "inventory");
+    let inventory = advised_edge(&advice, "inventory");
     assert_eq!(inventory["max_attempts"], 1, "{inventory:#}");
     assert!(
         (inventory["attempts_reason"].as_str().unwrap())
@@ -500,12 +495,7 @@ fn replay_and_whatif_under_a_policy() {
     };
     assert!((amplification(None) - 2.0).abs() < 1e-9);
     let policy: Value = serde_json::from_str(&std::fs::read_to_string(&advised).unwrap()).unwrap();
-    let edge = policy["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["callee"] == "inventory")
-        .unwrap();
+    let edge = advised_edge(&policy, "inventory");
     assert_eq!(
         (
             &edge["retry_budget_ratio"],
@@ -515,12 +505,7 @@ fn replay_and_whatif_under_a_policy() {
         "{edge:#}"
     );
     assert!((amplification(advised.to_str()) - 1.4).abs() < 1e-9);
-    let layer = policy["layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["service"] == "inventory")
-        .unwrap();
+    let layer = advised_layer(&policy, "inventory");
     assert!(
         (layer["amplification_advised"].as_f64().unwrap() - 1.4).abs() < 1e-9,
         "{layer:#}"

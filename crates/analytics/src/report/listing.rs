@@ -1,7 +1,7 @@
 //! Which part of a report a reader gets: the worst edges and layers up to a limit, around
 //! a service, caller or callee, and at most so many findings of a kind, with totals.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -205,7 +205,8 @@ impl Report {
             alerts: self.alerts.clone(),
             listing: Some(listing),
             figures: self.figures,
-            sequential_calls: self.sequential_calls.clone(),
+            // The advice is made from the whole report, not from a listing of it.
+            sequential_calls: BTreeMap::new(),
         }
     }
 }

@@ -470,7 +470,7 @@ pub struct Report {
     pub figures: Option<u64>,
     /// Per calling service, the callees most of its requests called one after another
     /// (`partial_sequences.sql`): the calls whose timeouts the advice fits into its budget
-    /// together. Not part of the report's JSON.
+    /// together. Not part of the report's JSON, nor of a selection ([`Report::select`]).
     #[serde(skip)]
     pub sequential_calls: BTreeMap<String, Vec<String>>,
 }
