@@ -8,6 +8,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::prelude::SessionContext;
 use serde::de::DeserializeOwned;
 
@@ -79,23 +80,39 @@ pub fn json_rows(table: &Table) -> Vec<serde_json::Value> {
 
 /// Rows of a table as `T`, deserialized from the Arrow columns directly (serde_arrow), one
 /// batch at a time.
-pub fn rows<T: DeserializeOwned>(table: &Table) -> Vec<T> {
+pub fn rows<T: DeserializeOwned + Send>(table: &Table) -> Vec<T> {
     into_rows(table.clone())
 }
 
+/// Rows past which a table's batches are read on the analysis's threads: below, a thread
+/// costs more than it saves.
+const PARALLEL_ROWS: usize = 16_384;
+
 /// [`rows`], each batch dropped once read: a wide table is not held whole beside its rows.
-pub fn into_rows<T: DeserializeOwned>(table: Table) -> Vec<T> {
+/// A wide table's batches are read on [`crate::parallel::AT_ONCE`] threads, in order
+/// (serde_arrow reads ~30 ns a cell: the report's edges at 160,000 were ~290 ms alone).
+pub fn into_rows<T: DeserializeOwned + Send>(table: Table) -> Vec<T> {
     let started = std::time::Instant::now();
-    let mut rows = Vec::with_capacity(table.rows());
-    for batch in table.batches {
+    let total = table.rows();
+    let read = |batch: RecordBatch| -> Vec<T> {
         if batch.num_rows() == 0 {
-            continue;
+            return Vec::new();
         }
         let batch =
             plain(&batch).unwrap_or_else(|e| unreachable!("strings cast to plain strings: {e}"));
         match serde_arrow::from_record_batch::<Vec<T>>(&batch) {
-            Ok(batch_rows) => rows.extend(batch_rows),
+            Ok(batch_rows) => batch_rows,
             Err(e) => unreachable!("rows follow their query's header contract: {e}"),
+        }
+    };
+    let mut rows = Vec::with_capacity(total);
+    if total >= PARALLEL_ROWS && table.batches.len() > 1 {
+        for batch_rows in crate::parallel::parallel_map(table.batches, read) {
+            rows.extend(batch_rows);
+        }
+    } else {
+        for batch in table.batches {
+            rows.extend(read(batch));
         }
     }
     timed(std::any::type_name::<T>(), started);
@@ -158,9 +175,25 @@ pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisE
     let started = std::time::Instant::now();
     let frame = ctx.sql(query.sql).await.map_err(failed)?;
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-    let batches = frame.collect().await.map_err(failed)?;
+    let batches = if plan_wanted(query.name) {
+        let plan = frame.create_physical_plan().await.map_err(failed)?;
+        let batches = datafusion::physical_plan::collect(plan.clone(), ctx.task_ctx())
+            .await
+            .map_err(failed)?;
+        let shown = DisplayableExecutionPlan::with_metrics(plan.as_ref()).indent(true);
+        eprintln!("-- {}\n{shown}", query.name);
+        batches
+    } else {
+        frame.collect().await.map_err(failed)?
+    };
     timed(query.name, started);
     Ok(Table { schema, batches })
+}
+
+/// Whether `STORMGLASS_QUERY_PLANS` (a query's name, or `all`) asks for `query`'s plan with
+/// its metrics: the rows and compute time of each operator, to find where a query's time goes.
+fn plan_wanted(query: &str) -> bool {
+    std::env::var("STORMGLASS_QUERY_PLANS").is_ok_and(|v| v == "all" || v == query)
 }
 
 /// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set,
@@ -177,7 +210,7 @@ pub fn timed(what: &str, started: std::time::Instant) {
 
 /// Run SQL made at run time (`stormglass check-budget`'s, over the analysed tables) and read
 /// its rows into `T`.
-pub async fn sql_rows<T: DeserializeOwned>(
+pub async fn sql_rows<T: DeserializeOwned + Send>(
     ctx: &SessionContext,
     sql: &str,
 ) -> Result<Vec<T>, DataFusionError> {
