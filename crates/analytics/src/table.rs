@@ -230,3 +230,50 @@ pub async fn table(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisEr
     let batches = frame.collect().await.map_err(failed)?;
     Ok(Table { schema, batches })
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, StringArray};
+    use serde::Deserialize;
+
+    use super::*;
+
+    /// A table wide enough to be read on two threads comes back in its batches' order.
+    #[test]
+    fn wide_tables_read_in_order() {
+        #[derive(Deserialize)]
+        struct Row {
+            n: i64,
+            name: String,
+        }
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, false),
+        ]));
+        let batch = |from: i64| {
+            let n: Vec<i64> = (from..from + 7_000).collect();
+            let names: Vec<String> = n.iter().map(|i| format!("edge-{i}")).collect();
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(n)),
+                    Arc::new(StringArray::from(names)),
+                ],
+            )
+            .unwrap()
+        };
+        let table = Table {
+            schema: schema.clone(),
+            batches: (0..5).map(|b| batch(b * 7_000)).collect(),
+        };
+        assert!(table.rows() >= PARALLEL_ROWS);
+        let rows: Vec<Row> = into_rows(table);
+        assert_eq!(rows.len(), 35_000);
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(
+                (row.n, row.name.as_str()),
+                (i as i64, format!("edge-{i}").as_str())
+            );
+        }
+    }
+}
