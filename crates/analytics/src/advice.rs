@@ -345,16 +345,19 @@ fn fit_sequence(
         a.timeout_ms
             .map_or(0.0, |t| worst_ms(a.max_attempts, t, a.backoff.initial_ms))
     };
-    let step = |drafts: &[(&EdgeFigures, EdgeAdvice)], callee: &str| {
-        (drafts.iter())
-            .filter(|(_, a)| a.callee == callee)
-            .map(|(_, a)| worst(a))
-            .fold(0.0, f64::max)
-    };
-    let in_sequence = |a: &EdgeAdvice| sequence.contains(&a.callee);
+    let callees: HashSet<&str> = sequence.iter().map(String::as_str).collect();
+    let in_sequence = |a: &EdgeAdvice| callees.contains(a.callee.as_str());
     let mut cut = vec![false; drafts.len()];
     loop {
-        let steps: Vec<f64> = sequence.iter().map(|c| step(drafts, c)).collect();
+        // Each callee's worst case: its longest advised edge, one pass over the drafts.
+        let mut by_callee: HashMap<&str, f64> = HashMap::new();
+        for (_, a) in drafts.iter().filter(|(_, a)| in_sequence(a)) {
+            let w = by_callee.entry(a.callee.as_str()).or_insert(0.0);
+            *w = w.max(worst(a));
+        }
+        let steps: Vec<f64> = (sequence.iter())
+            .map(|c| by_callee.get(c.as_str()).copied().unwrap_or(0.0))
+            .collect();
         let sum: f64 = steps.iter().sum();
         if sum <= have {
             break;
