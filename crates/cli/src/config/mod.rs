@@ -27,10 +27,11 @@ use stormglass_runtime::config_tree::{Format, parse, scalar, section, set};
 pub const ENV_PREFIX: &str = "STORMGLASS_";
 
 /// `STORMGLASS_*` variables that are switches of the tools, not configuration keys:
-/// per-query timings on stderr, re-blessing golden files in tests, and faults injected by
-/// the live-path tests.
-const NOT_CONFIG: [&str; 3] = [
+/// per-query timings and plans on stderr, re-blessing golden files in tests, and faults
+/// injected by the live-path tests.
+const NOT_CONFIG: [&str; 4] = [
     "STORMGLASS_QUERY_TIMINGS",
+    "STORMGLASS_QUERY_PLANS",
     "STORMGLASS_BLESS",
     "STORMGLASS_TEST_FAULTS",
 ];

@@ -115,8 +115,9 @@ fn override_order() {
             "127.0.0.1:2".to_owned(),
         ),
         ("OTHER".to_owned(), "x".to_owned()),
-        // A tool switch, not a key: must not fail as an unknown section.
+        // Tool switches, not keys: must not fail as unknown sections.
         ("STORMGLASS_QUERY_TIMINGS".to_owned(), "1".to_owned()),
+        ("STORMGLASS_QUERY_PLANS".to_owned(), "edges".to_owned()),
     ];
     let flags = vec![("listen.http", "127.0.0.1:3".to_owned())];
     let config = load(Some(&path), env, &flags).unwrap();
