@@ -9,7 +9,8 @@
 -- parents make one call).
 --
 -- Inputs: logical_calls.
--- Output: caller, sequence (the callees in order, separated by ' > '), n
+-- Output: caller, sequence (the callees in order, a list: any separator could be in a
+--   service's name), n
 WITH multi AS (
   SELECT trace_id, parent_span_id, caller
   FROM logical_calls
@@ -39,8 +40,8 @@ steps AS (
 ),
 requests AS (
   SELECT caller,
-    array_to_string(array_agg(callee ORDER BY start_ns, end_ns, logical_call_id)
-      FILTER (WHERE NOT has_prev OR callee <> prev_callee), ' > ') AS sequence,
+    array_agg(callee ORDER BY start_ns, end_ns, logical_call_id)
+      FILTER (WHERE NOT has_prev OR callee <> prev_callee) AS sequence,
     COUNT(*) FILTER (WHERE NOT has_prev OR callee <> prev_callee) AS steps,
     BOOL_AND(NOT has_prev OR start_ns >= prev_end) AS one_after_another
   FROM steps

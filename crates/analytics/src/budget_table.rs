@@ -397,7 +397,7 @@ pub fn against(declared: &Declared, observed: &[Observed], timeout_factor: f64) 
 #[derive(Debug, Deserialize)]
 pub struct SequenceRow {
     pub caller: String,
-    pub sequence: String,
+    pub sequence: Vec<String>,
     pub n: f64,
 }
 
@@ -405,22 +405,19 @@ pub struct SequenceRow {
 /// another (the first in order of equals), from a window's rows of `p_sequences` (one per
 /// interval or chunk that saw it).
 pub fn sequential(rows: Vec<SequenceRow>) -> BTreeMap<String, Vec<String>> {
-    let mut made: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let mut made: BTreeMap<(String, Vec<String>), f64> = BTreeMap::new();
     for row in rows {
         *made.entry((row.caller, row.sequence)).or_default() += row.n;
     }
-    let mut most: BTreeMap<String, (f64, String)> = BTreeMap::new();
+    let mut most: BTreeMap<String, (f64, Vec<String>)> = BTreeMap::new();
     for ((caller, sequence), n) in made {
-        let best = most.entry(caller).or_insert((0.0, String::new()));
+        let best = most.entry(caller).or_insert((0.0, Vec::new()));
         if n > best.0 {
             *best = (n, sequence);
         }
     }
     most.into_iter()
-        .map(|(caller, (_, sequence))| {
-            let callees = sequence.split(" > ").map(str::to_owned).collect();
-            (caller, callees)
-        })
+        .map(|(caller, (_, sequence))| (caller, sequence))
         .collect()
 }
 

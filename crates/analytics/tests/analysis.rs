@@ -1505,6 +1505,25 @@ async fn sequential_calls_from_partials_match_the_calls() {
     assert_eq!(emitted, expected);
 }
 
+/// A callee whose name holds what a joined sequence would separate by (`tax > vat`) is
+/// one callee of the sequence, not two.
+#[tokio::test]
+async fn sequential_callee_names_stay_whole() {
+    let mut s = Spans::default();
+    let p = s.server(1, "basket", "POST /").at(0.0, 500.0).add();
+    for (i, callee) in [(0.0, "tax > vat"), (1.0, "ledger")] {
+        let start = 10.0 + 100.0 * i;
+        s.client(1, "basket", "POST")
+            .under(p)
+            .at(start, start + 50.0)
+            .with(vec![fixtures::peer(callee)])
+            .add();
+    }
+    let r = report(&s).await;
+    let sequence = ["tax > vat", "ledger"].map(String::from).to_vec();
+    assert_eq!(r.sequential_calls.get("basket"), Some(&sequence));
+}
+
 /// Coarse clocks: two back-to-back calls of 500 ms and 400 ms budget under an 800 ms
 /// handler, the second stamped half a millisecond before the first ended (millisecond
 /// timestamps), are still sequential: one overcommit.
