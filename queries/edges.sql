@@ -368,9 +368,12 @@ SELECT e.caller, e.callee, e.operation, CAST(ROUND(e.logical_calls) AS BIGINT) A
   ROUND(e.unknown_result_ms_total / NULLIF(e.unknown_resolved, 0) / 1e3, 6)
     AS unknown_result_seconds,
   CAST(ROUND(e.unknown_results_over_limit) AS BIGINT) AS unknown_results_over_limit
+-- The lookups (narrow) are the join's build side, the wide sums stream through it: built
+-- from the sums, it copied every column of every edge into its table first (a fifth of
+-- this query at 160,000 edges).
 FROM params p
-CROSS JOIN e
-JOIN side s ON s.caller = e.caller AND s.callee = e.callee AND s.operation = e.operation
+CROSS JOIN side s
+JOIN e ON e.caller = s.caller AND e.callee = s.callee AND e.operation = s.operation
 )
 SELECT figures.*,
   NOT timeout_below_tail AND timeout_ms < recommended_timeout_ms AS timeout_without_margin,
