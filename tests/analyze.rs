@@ -997,6 +997,39 @@ fn a_wide_mesh_stays_readable_and_judged_per_operation() {
     assert_eq!(listing["edges"], mesh.edges.len() as u64, "{listing}");
     assert_eq!(listing["layers"], 400, "{listing}");
     assert_eq!(listing["truncated"], true, "{listing}");
+    // Entry operations (one per service) the worst 200 too; coverage and trace counts per
+    // service those of the listed edges' and layers' services.
+    assert_eq!(shown["entries"].as_array().unwrap().len(), 200);
+    assert_eq!(
+        (&listing["entries"], &listing["entries_listed"]),
+        (&400.into(), &200.into()),
+        "{listing}"
+    );
+    let named: std::collections::HashSet<&str> = (shown["edges"].as_array().unwrap().iter())
+        .flat_map(|e| [e["caller"].as_str().unwrap(), e["callee"].as_str().unwrap()])
+        .chain(
+            shown["layers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["service"].as_str().unwrap()),
+        )
+        .collect();
+    let covered = shown["coverage"]["services"].as_array().unwrap();
+    let counted = shown["traces"]["by_service"].as_array().unwrap();
+    assert!(
+        covered.len() < 400 && !covered.is_empty(),
+        "{}",
+        covered.len()
+    );
+    assert_eq!(
+        listing["services_listed"],
+        covered.len() as u64,
+        "{listing}"
+    );
+    for s in covered.iter().chain(counted) {
+        assert!(named.contains(s["service"].as_str().unwrap()), "{s}");
+    }
     // Around one service: its calls in and out.
     let (ok, around, stderr) = stormglass(&[
         "analyze",
@@ -1015,12 +1048,24 @@ fn a_wide_mesh_stays_readable_and_judged_per_operation() {
         .count();
     assert_eq!(around["edges"].as_array().unwrap().len(), touching);
     assert_eq!(around["listing"]["truncated"], false);
+    // Its coverage: of the service and the services it calls and is called by.
+    let neighbours: std::collections::HashSet<&String> = (mesh.edges.iter())
+        .filter(|(a, b)| a == "svc-0007" || b == "svc-0007")
+        .flat_map(|(a, b)| [a, b])
+        .collect();
+    let around_services = around["coverage"]["services"].as_array().unwrap().len();
+    assert_eq!(around_services, neighbours.len(), "{}", around["listing"]);
 
     let (ok, all, stderr) = stormglass(&["analyze", "--format", "json", "--all", path(&file)]);
     assert!(ok, "{stderr}");
     let r: Value = serde_json::from_str(&all).unwrap();
     let edges = r["edges"].as_array().unwrap();
     assert_eq!(edges.len(), mesh.edges.len());
+    assert_eq!(r["entries"].as_array().unwrap().len(), 400);
+    let all_covered = r["coverage"]["services"].as_array().unwrap().len() as u64;
+    assert_eq!(listing["services"], all_covered, "{listing}");
+    assert_eq!(r["listing"]["services_listed"], all_covered);
+    assert_eq!(r["listing"]["truncated"], false);
     for e in edges {
         assert_eq!(e["callee_latency_source"], "edge", "{e}");
         let p999 = e["callee_p999_ms"].as_f64().unwrap();

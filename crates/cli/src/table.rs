@@ -73,10 +73,23 @@ fn listed(listing: Option<&stormglass_analytics::report::Listing>) -> String {
         Some(l) if l.truncated => {
             let layers = match l.layers {
                 0 => String::new(),
-                n => format!(" and {} of {n} layers", l.layers_listed),
+                n => format!(", {} of {n} layers", l.layers_listed),
+            };
+            let entries = match (l.entries, l.entries_listed) {
+                (Some(n), Some(listed)) if n > 0 => {
+                    format!(", {listed} of {n} entry operations")
+                }
+                _ => String::new(),
+            };
+            let services = match (l.services, l.services_listed) {
+                (Some(n), Some(listed)) if listed < n => {
+                    format!(" (coverage of {listed} of {n} services: the listed ones)")
+                }
+                _ => String::new(),
             };
             format!(
-                "The worst {} of {} edges{layers} ({}); --limit N or --all for more.\n\n",
+                "The worst {} of {} edges{layers}{entries}{services} ({}); --limit N or --all \
+                 for more.\n\n",
                 l.edges_listed, l.edges, l.order
             )
         }

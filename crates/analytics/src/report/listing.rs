@@ -5,14 +5,15 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Coverage, EdgeFigures, FindingTotal, LayerFigures, Report};
+use super::{Coverage, EdgeFigures, FindingTotal, Report};
 
 /// Edges and layers a report lists by default (`?limit=`, `analyze --limit`).
 pub const DEFAULT_LIMIT: usize = 200;
 
 /// The order a limited report lists edges and layers in (the report's `listing.order`).
 pub const IMPACT_ORDER: &str = "edges by failed plus retried attempts, then attempts; \
-    layers by requests above their baseline (retries from upstream), then requests; most first";
+    layers by requests above their baseline (retries from upstream), then requests; \
+    entry operations by failed requests, then requests; most first";
 
 /// Which part of a window's report a reader asks for: the worst `limit` edges and layers
 /// (all with `None`), around one `service` (its calls in and out, its layer) or one `caller`
@@ -34,6 +35,16 @@ pub struct Listing {
     pub edges_listed: u64,
     pub layers: u64,
     pub layers_listed: u64,
+    /// Entry operations, and the services whose coverage and trace counts are listed (those
+    /// of the listed edges and layers): in a report's listing, not in replay's or whatif's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries_listed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services_listed: Option<u64>,
     pub truncated: bool,
 }
 
@@ -47,7 +58,18 @@ impl Listing {
             layers: layers.0 as u64,
             layers_listed: layers.1 as u64,
             truncated: edges_listed < edges || layers.1 < layers.0,
+            ..Listing::default()
         }
+    }
+
+    /// With `(selected, listed)` entry operations and services too.
+    fn with(mut self, entries: (usize, usize), services: (usize, usize)) -> Self {
+        self.entries = Some(entries.0 as u64);
+        self.entries_listed = Some(entries.1 as u64);
+        self.services = Some(services.0 as u64);
+        self.services_listed = Some(services.1 as u64);
+        self.truncated |= entries.1 < entries.0 || services.1 < services.0;
+        self
     }
 }
 
@@ -123,6 +145,21 @@ pub fn keep_worst<T>(
     items.retain(|_| kept.next().unwrap_or(false));
 }
 
+/// Of `items`, those of the selected services (`service` names an item's), the worst
+/// `limit` by `impact` (the highest first), each in its place; with how many were selected.
+fn worst_of<T, K: Ord>(
+    items: &[T],
+    selected: impl Fn(&str) -> bool,
+    service: impl Fn(&T) -> &str,
+    limit: Option<usize>,
+    impact: impl Fn(&T) -> K,
+) -> (usize, Vec<&T>) {
+    let mut kept: Vec<&T> = items.iter().filter(|i| selected(service(i))).collect();
+    let total = kept.len();
+    keep_worst(&mut kept, limit, |a, b| impact(b).cmp(&impact(a)));
+    (total, kept)
+}
+
 /// An edge's impact: its failed attempts plus its retries, then its attempts.
 fn edge_impact(e: &EdgeFigures) -> (u64, u64) {
     let ok = e
@@ -133,14 +170,16 @@ fn edge_impact(e: &EdgeFigures) -> (u64, u64) {
 
 impl Report {
     /// The part of this report `selection` asks for: edges (with their coverage), findings
-    /// and orphans of the selected calls, the layers of the selected services, the worst
-    /// first ([`IMPACT_ORDER`]) up to the limit, with `listing` saying what was left out.
-    /// Window figures, entries, traces and alerts stay whole.
+    /// and orphans of the selected calls, the layers and entry operations of the selected
+    /// services, the worst first ([`IMPACT_ORDER`]) up to the limit, the coverage and trace
+    /// counts of the listed edges' and layers' services, with `listing` saying what was left
+    /// out. Window figures, trace totals and alerts stay whole.
     pub fn select(&self, selection: &Selection) -> Report {
         let mut edges: Vec<&EdgeFigures> = self.edges.iter().collect();
         // Around a service, its own layer; around a caller or callee, the layers the
         // selected calls reach (all of them, before the limit).
         let services = selection.services(&edges, |e| (&e.caller, &e.callee));
+        let selected = |service: &str| services.as_ref().is_none_or(|s| s.contains(service));
         let edge_total = selection.keep_edges(
             &mut edges,
             |e| (&e.caller, &e.callee),
@@ -150,29 +189,58 @@ impl Report {
             .iter()
             .map(|e| (e.caller.as_str(), e.callee.as_str(), e.operation.as_str()))
             .collect();
-        let mut layers: Vec<&LayerFigures> = self
-            .layers
-            .iter()
-            .filter(|l| services.as_ref().is_none_or(|s| s.contains(&l.service)))
-            .collect();
-        let layer_total = layers.len();
-        let excess =
-            |l: &LayerFigures| (l.requests.saturating_sub(l.baseline_attempts), l.requests);
-        keep_worst(&mut layers, selection.limit, |a, b| {
-            excess(b).cmp(&excess(a))
-        });
+        let (layer_total, layers) = worst_of(
+            &self.layers,
+            selected,
+            |l| &l.service,
+            selection.limit,
+            |l| (l.requests.saturating_sub(l.baseline_attempts), l.requests),
+        );
         let keep = |caller: &str, callee: &str| selection.names(caller, callee);
+        let (entry_total, entries) = worst_of(
+            &self.entries,
+            selected,
+            |e| &e.service,
+            selection.limit,
+            |e| {
+                let failed = e
+                    .error_rate
+                    .map_or(0, |r| (r * e.requests as f64).round() as u64);
+                (failed, e.requests)
+            },
+        );
+        // Per-service coverage and trace counts: of the selected services, those of the
+        // listed edges' and layers' services (all of them when the limit cut neither).
+        let whole = edges.len() == edge_total && layers.len() == layer_total;
+        let named: HashSet<&str> = (edges.iter())
+            .flat_map(|e| [e.caller.as_str(), e.callee.as_str()])
+            .chain(layers.iter().map(|l| l.service.as_str()))
+            .collect();
+        let of_listed = |service: &str| selected(service) && (whole || named.contains(service));
+        let service_total = (self.coverage.services.iter())
+            .filter(|c| selected(&c.service))
+            .count();
+        let service_coverage: Vec<_> = (self.coverage.services.iter())
+            .filter(|c| of_listed(&c.service))
+            .cloned()
+            .collect();
+        let mut traces = self.traces.clone();
+        traces.by_service.retain(|t| of_listed(&t.service));
         let listing = Listing::of(
             IMPACT_ORDER,
             (edge_total, edges.len()),
             (layer_total, layers.len()),
+        )
+        .with(
+            (entry_total, entries.len()),
+            (service_total, service_coverage.len()),
         );
         Report {
             window: self.window.clone(),
             edges: edges.into_iter().cloned().collect(),
             layers: layers.into_iter().cloned().collect(),
-            entries: self.entries.clone(),
-            traces: self.traces.clone(),
+            entries: entries.into_iter().cloned().collect(),
+            traces,
             orphans: self
                 .orphans
                 .iter()
@@ -187,7 +255,7 @@ impl Report {
                 .collect(),
             finding_totals: self.finding_totals.clone(),
             coverage: Coverage {
-                services: self.coverage.services.clone(),
+                services: service_coverage,
                 edges: self
                     .coverage
                     .edges
