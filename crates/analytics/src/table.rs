@@ -190,10 +190,16 @@ pub async fn run(ctx: &SessionContext, query: &Query) -> Result<Table, AnalysisE
     Ok(Table { schema, batches })
 }
 
+/// The environment switches of the analysis's diagnostics ([`timed`], [`plan_wanted`]):
+/// the configuration reads every other `STORMGLASS_*` variable as a key.
+pub const SWITCHES: [&str; 2] = [QUERY_TIMINGS, QUERY_PLANS];
+const QUERY_TIMINGS: &str = "STORMGLASS_QUERY_TIMINGS";
+const QUERY_PLANS: &str = "STORMGLASS_QUERY_PLANS";
+
 /// Whether `STORMGLASS_QUERY_PLANS` (a query's name, or `all`) asks for `query`'s plan with
 /// its metrics: the rows and compute time of each operator, to find where a query's time goes.
 fn plan_wanted(query: &str) -> bool {
-    std::env::var("STORMGLASS_QUERY_PLANS").is_ok_and(|v| v == "all" || v == query)
+    std::env::var(QUERY_PLANS).is_ok_and(|v| v == "all" || v == query)
 }
 
 /// Log how long `what` took since `started`; printed with `STORMGLASS_QUERY_TIMINGS` set,
@@ -201,7 +207,7 @@ fn plan_wanted(query: &str) -> bool {
 pub fn timed(what: &str, started: std::time::Instant) {
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     tracing::debug!(what, elapsed_ms, "analysis step ran");
-    if std::env::var_os("STORMGLASS_QUERY_TIMINGS").is_some() {
+    if std::env::var_os(QUERY_TIMINGS).is_some() {
         let resident = stormglass_runtime::memory::resident_bytes()
             .map_or(String::new(), |b| format!(" {:>7} MiB", b >> 20));
         eprintln!("{what:<28} {elapsed_ms:>9.1} ms{resident}");

@@ -27,14 +27,10 @@ use stormglass_runtime::config_tree::{Format, parse, scalar, section, set};
 pub const ENV_PREFIX: &str = "STORMGLASS_";
 
 /// `STORMGLASS_*` variables that are switches of the tools, not configuration keys:
-/// per-query timings and plans on stderr, re-blessing golden files in tests, and faults
-/// injected by the live-path tests.
-const NOT_CONFIG: [&str; 4] = [
-    "STORMGLASS_QUERY_TIMINGS",
-    "STORMGLASS_QUERY_PLANS",
-    "STORMGLASS_BLESS",
-    "STORMGLASS_TEST_FAULTS",
-];
+/// re-blessing golden files in tests, faults injected by the live-path tests, and the
+/// analysis's per-query timings and plans on stderr
+/// ([`stormglass_analytics::table::SWITCHES`]).
+const NOT_CONFIG: [&str; 2] = ["STORMGLASS_BLESS", "STORMGLASS_TEST_FAULTS"];
 
 /// The whole configuration of `stormglass serve`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -454,7 +450,9 @@ pub fn load(
         None => Value::Object(Map::new()),
     };
     for (name, value) in env {
-        if NOT_CONFIG.contains(&name.as_str()) {
+        if NOT_CONFIG.contains(&name.as_str())
+            || stormglass_analytics::table::SWITCHES.contains(&name.as_str())
+        {
             continue;
         }
         if let Some(path) = name.strip_prefix(ENV_PREFIX) {
