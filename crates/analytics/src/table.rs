@@ -90,10 +90,9 @@ const PARALLEL_ROWS: usize = 16_384;
 
 /// [`rows`], each batch dropped once read: a wide table is not held whole beside its rows.
 /// A wide table's batches are read on [`crate::parallel::AT_ONCE`] threads, in order
-/// (serde_arrow reads ~30 ns a cell: the report's edges at 160,000 were ~290 ms alone),
-/// [`crate::parallel::AT_ONCE`] batches at a time, each batch's rows moved into the result
-/// before the next are read: read all at once, the rows were held twice (the report's edges
-/// at 160,000, ~130 MiB each time).
+/// (serde_arrow reads ~30 ns a cell: the report's edges at 160,000 were ~290 ms alone), one
+/// batch per thread, their rows moved into the result before the next are read (read all
+/// at once, the rows were held twice: ~130 MiB each for those edges).
 pub fn into_rows<T: DeserializeOwned + Send>(table: Table) -> Vec<T> {
     let started = std::time::Instant::now();
     let total = table.rows();
@@ -110,9 +109,12 @@ pub fn into_rows<T: DeserializeOwned + Send>(table: Table) -> Vec<T> {
     };
     let mut rows = Vec::with_capacity(total);
     if total >= PARALLEL_ROWS && table.batches.len() > 1 {
-        let mut batches = table.batches.into_iter().peekable();
-        while batches.peek().is_some() {
+        let mut batches = table.batches.into_iter();
+        loop {
             let group: Vec<RecordBatch> = batches.by_ref().take(crate::parallel::AT_ONCE).collect();
+            if group.is_empty() {
+                break;
+            }
             for batch_rows in crate::parallel::parallel_map(group, read) {
                 rows.extend(batch_rows);
             }
