@@ -442,7 +442,8 @@ fn mesh_objects_follow_the_upstream_schemas() {
 /// above it at `order`; `whatif --policy` with the advised policy predicts `inventory` at
 /// its retry budget when it fails, where the observed policy (2 attempts) predicts 2x: the
 /// advised 20% of its 100 calls a second plus the floor's 20 retries a second, 1.4x, the
-/// bound `advise` states for it.
+/// bound `advise` states for it; run as Envoy's budget, what 20% of the requests in flight
+/// allows.
 #[test]
 fn replay_and_whatif_under_a_policy() {
     let dir = temp_dir("advise-replay");
@@ -475,10 +476,10 @@ fn replay_and_whatif_under_a_policy() {
     assert!(ok, "{stderr}");
     let advised = dir.join("advised.json");
     std::fs::write(&advised, advice).unwrap();
-    let amplification = |policy: Option<&str>| -> f64 {
+    let amplification_as = |policy: Option<&str>, budget_as: &str| -> f64 {
         let mut args = vec!["whatif", "--fail", "inventory=1", "--format", "json"];
         if let Some(p) = policy {
-            args.extend(["--policy", p]);
+            args.extend(["--policy", p, "--budget-as", budget_as]);
         }
         args.push(&file);
         let (ok, stdout, stderr) = stormglass(&args);
@@ -493,6 +494,7 @@ fn replay_and_whatif_under_a_policy() {
             .as_f64()
             .unwrap()
     };
+    let amplification = |policy: Option<&str>| amplification_as(policy, "linkerd");
     assert!((amplification(None) - 2.0).abs() < 1e-9);
     let policy: Value = serde_json::from_str(&std::fs::read_to_string(&advised).unwrap()).unwrap();
     let edge = advised_edge(&policy, "inventory");
@@ -505,6 +507,16 @@ fn replay_and_whatif_under_a_policy() {
         "{edge:#}"
     );
     assert!((amplification(advised.to_str()) - 1.4).abs() < 1e-9);
+    // The same budget as Envoy runs it (`min_retry_concurrency` from the floor over one
+    // try's timeout, as `advise --format envoy` writes it): retries in flight at most 20%
+    // of the requests in flight, 0.25 per first try, or that floor over the first tries in
+    // flight, whichever allows more.
+    let try_seconds = edge["timeout_ms"].as_f64().unwrap() / 1e3;
+    let floor = (20.0 * try_seconds).ceil().max(1.0) / (100.0 * try_seconds);
+    let retries = edge["max_attempts"].as_f64().unwrap() - 1.0;
+    let expected = 1.0 + retries.min(floor.max(0.25));
+    let envoy = amplification_as(advised.to_str(), "envoy");
+    assert!((envoy - expected).abs() < 1e-9, "{envoy} vs {expected}");
     let layer = advised_layer(&policy, "inventory");
     assert!(
         (layer["amplification_advised"].as_f64().unwrap() - 1.4).abs() < 1e-9,

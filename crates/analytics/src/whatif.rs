@@ -24,7 +24,12 @@
 //! under the failure (its no-retry calls per second x its caller's amplification): the expected retries per call `R = (1 - q^m) / (1 - q) - 1` become
 //! `min(R, r)`, and a call fails when its first attempt fails and its retries (the share
 //! `min(1, r / R)` the budget lets through) all fail too:
-//! `q (1 - min(1, r / R) (1 - q^(m-1)))`. Edges the policy does not name keep what was
+//! `q (1 - min(1, r / R) (1 - q^(m-1)))`. A budget that holds concurrent retries (an entry
+//! with `min_retry_concurrency`: Envoy's and Istio's) allows, in a steady state where
+//! retries last as long as first tries, `r = max(ratio / (1 - ratio), min / (c d))`: its
+//! retries in flight are at most `ratio` of all requests in flight (retries included), or
+//! `min`, over the `c d` first tries in flight, `d` being one try's timeout (the entry's,
+//! else the edge's observed, else 1 s). Edges the policy does not name keep what was
 //! observed. Each layer's `success_probability` is `1 - q` of its requests.
 
 use std::collections::{BTreeMap, HashMap};
@@ -56,8 +61,9 @@ pub struct EdgeWhatIf {
     /// The policy's retry budget ratio, where it names a budget.
     pub retry_budget_ratio: Option<f64>,
     /// The retries per call the budget allows under the failure: its ratio plus its floor
-    /// over the calls per second the edge then carries (the ratio alone without a window
-    /// length); null without a budget, or where the edge carries no calls.
+    /// over the calls per second the edge then carries, or for a budget on retries in
+    /// flight what its share or minimum allows (the share alone without a window length);
+    /// null without a budget, or where the edge carries no calls.
     pub retry_budget_per_call: Option<f64>,
     /// The probability that a request to the callee fails.
     pub callee_failure_probability: f64,
@@ -228,8 +234,7 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
     for (i, e) in report.edges.iter().enumerate() {
         calls.entry(e.caller.as_str()).or_default().push(i);
     }
-    let budgets: Vec<Option<RateBudget>> =
-        report.edges.iter().map(|e| budget_of(e, policy)).collect();
+    let budgets: Vec<Option<Budget>> = report.edges.iter().map(|e| budget_of(e, policy)).collect();
     let mut model = Model {
         retrying: report
             .edges
@@ -251,7 +256,7 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
         .map(|e| e.logical_calls as f64 / observed.get(e.caller.as_str()).unwrap_or(&1.0))
         .collect();
     let seconds = report.window.seconds.filter(|s| *s > 0.0);
-    let floored = seconds.is_some() && budgets.iter().flatten().any(|b| b.floor > 0.0);
+    let floored = seconds.is_some() && budgets.iter().flatten().any(|b| b.has_floor());
     let mut solution = Solution::default();
     for round in 0..MAX_ROUNDS {
         // The first round takes every caller at its no-retry rate, the largest allowance.
@@ -292,7 +297,7 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
             callee: e.callee.clone(),
             operation: e.operation.clone(),
             max_attempts: r.max_attempts,
-            retry_budget_ratio: budget.map(|b| b.ratio),
+            retry_budget_ratio: budget.map(Budget::ratio),
             retry_budget_per_call: r.budget.filter(|b| b.is_finite()),
             callee_failure_probability: failing
                 .get(e.callee.as_str())
@@ -334,16 +339,78 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
 /// Rounds of [`what_if`] at most; each is linear in edges and layers.
 const MAX_ROUNDS: usize = 64;
 
-/// An edge's retry budget in the model: the policy's, as a rate (Linkerd's), negative
-/// halves read as 0.
-fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<RateBudget> {
-    let b = policy?
-        .edge(&e.caller, &e.callee, &e.operation)?
-        .rate_budget()?;
-    Some(RateBudget {
-        ratio: b.ratio.max(0.0),
-        floor: b.floor.max(0.0),
+/// An edge's retry budget in the model: the policy's, negative halves read as 0.
+fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
+    let entry = policy?.edge(&e.caller, &e.callee, &e.operation)?;
+    let b = entry.rate_budget()?;
+    let ratio = b.ratio.max(0.0);
+    Some(match entry.min_retry_concurrency {
+        Some(min) => Budget::Concurrency {
+            ratio,
+            min: f64::from(min),
+            try_seconds: (entry.timeout_ms.or(e.timeout_ms))
+                .filter(|ms| *ms > 0.0)
+                .map_or(1.0, |ms| ms / 1e3),
+        },
+        None => Budget::Rate(RateBudget {
+            ratio,
+            floor: b.floor.max(0.0),
+        }),
     })
+}
+
+/// A retry budget as the model runs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Budget {
+    /// Linkerd's (and Gateway API's): a share of the calls, a floor per second on top.
+    Rate(RateBudget),
+    /// Envoy's and Istio's: retries in flight at most `ratio` of the requests in flight,
+    /// or `min`; tries last `try_seconds`.
+    Concurrency {
+        ratio: f64,
+        min: f64,
+        try_seconds: f64,
+    },
+}
+
+impl Budget {
+    fn ratio(self) -> f64 {
+        match self {
+            Budget::Rate(b) => b.ratio,
+            Budget::Concurrency { ratio, .. } => ratio,
+        }
+    }
+
+    /// Whether what it allows per call depends on the calls per second.
+    fn has_floor(self) -> bool {
+        match self {
+            Budget::Rate(b) => b.floor > 0.0,
+            Budget::Concurrency { min, .. } => min > 0.0,
+        }
+    }
+
+    /// The retries per call it allows at `calls_per_second` (see the module's model).
+    fn per_call(self, calls_per_second: Option<f64>) -> f64 {
+        match self {
+            Budget::Rate(b) => b.per_call(calls_per_second),
+            Budget::Concurrency {
+                ratio,
+                min,
+                try_seconds,
+            } => {
+                let share = if ratio < 1.0 {
+                    ratio / (1.0 - ratio)
+                } else {
+                    f64::INFINITY
+                };
+                match calls_per_second {
+                    Some(rate) if rate > 0.0 => share.max(min / (rate * try_seconds)),
+                    Some(_) => f64::INFINITY,
+                    None => share,
+                }
+            }
+        }
+    }
 }
 
 /// The model solved for one set of retry allowances.
@@ -557,6 +624,16 @@ mod tests {
     /// calls `spacing_ns` apart to a callee failing at random with probability `q`, 3
     /// attempts each as made without a policy.
     fn replayed_retries_per_call(q: f64, spacing_ns: i64, policy: &str) -> f64 {
+        replayed_tries(q, (2000, spacing_ns, 0), policy)
+    }
+
+    /// As [`replayed_retries_per_call`] over `calls` calls, each try lasting `try_ns`, the
+    /// next sent as the one before ends.
+    fn replayed_tries(
+        q: f64,
+        (calls_made, spacing_ns, try_ns): (i64, i64, i64),
+        policy: &str,
+    ) -> f64 {
         let mut seed = 7_u64;
         let mut fails = || {
             seed = seed
@@ -566,7 +643,7 @@ mod tests {
         };
         let mut attempts = Vec::new();
         let mut calls = Vec::new();
-        for call in 0..2000_i64 {
+        for call in 0..calls_made {
             let mut made = 0;
             let mut ok = false;
             while made < 3 && !ok {
@@ -579,8 +656,8 @@ mod tests {
                     logical_call_id: 1,
                     attempt: made,
                     outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
-                    start_ns: call * spacing_ns + made,
-                    end_ns: call * spacing_ns + made,
+                    start_ns: call * spacing_ns + made * try_ns.max(1),
+                    end_ns: call * spacing_ns + made * try_ns.max(1) + try_ns,
                 });
                 made += 1;
             }
@@ -592,7 +669,7 @@ mod tests {
                 final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
                 weight: 1.0,
                 start_ns: call * spacing_ns,
-                end_ns: call * spacing_ns + 10,
+                end_ns: call * spacing_ns + (made * try_ns).max(10),
                 trace_id: Some(format!("{call:032x}")),
                 logical_call_id: 1,
                 ..crate::replay::CallRow::default()
@@ -632,6 +709,47 @@ mod tests {
             (per_call - expected).abs() < 0.02 * expected,
             "{per_call} vs {expected}"
         );
+    }
+
+    /// A budget on retries in flight (Envoy's), in a steady state, allows what the model
+    /// says: 1,000 calls a second that always fail, 100 ms tries, 3 attempts, 20% of the
+    /// requests in flight: 100 first tries and 25 retries in flight, 0.25 retries per call,
+    /// as the budget replayed try by try over 20 s lets through (and at 5,000 a second); at
+    /// 10 calls a second its floor of 1 retry in flight allows 1 per call.
+    #[test]
+    fn a_concurrency_budget_agrees_with_the_budget_replayed() {
+        let policy = r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
+            "timeout_ms": 100, "retry_budget_ratio": 0.2, "min_retry_concurrency": 1}]}"#;
+        let parsed = Policy::parse(policy).unwrap();
+        let edge: EdgeFigures = serde_json::from_value(serde_json::json!({
+            "caller": "a", "callee": "b", "operation": "op",
+            "logical_calls": 0, "attempts": 0, "retry_attempts": 0, "orphan_pairs": 0,
+            "orphan_work_seconds": 0.0, "unsafe_retries": 0, "timeout_retries_on_writes": 0,
+            "immediate_retries": 0, "deadline_inversions": 0,
+        }))
+        .unwrap();
+        let budget = budget_of(&edge, Some(&parsed)).unwrap();
+        // Envoy holds whole retries (at 100 first tries in flight, 24 retries, not 25): the
+        // model is within one retry in flight of the replay.
+        for (calls, spacing_ns, per_second, within) in [
+            (20_000, 1_000_000, 1000.0, 1.0 / 24.0),
+            (50_000, 200_000, 5000.0, 1.0 / 124.0),
+            (200, 100_000_000, 10.0, 0.02),
+        ] {
+            let modelled = Retrying {
+                max_attempts: 3,
+                budget: Some(budget.per_call(Some(per_second))),
+                throttling: None,
+            };
+            let expected = modelled.attempts_per_call(1.0) - 1.0;
+            let replayed = replayed_tries(1.0, (calls, spacing_ns, 100_000_000), policy);
+            assert!(
+                (replayed - expected).abs() <= within * expected + 1e-3,
+                "{per_second}/s: {replayed} replayed vs {expected}"
+            );
+        }
+        assert!((budget.per_call(Some(1000.0)) - 0.25).abs() < 1e-12);
+        assert!((budget.per_call(Some(10.0)) - 1.0).abs() < 1e-12);
     }
 
     /// `SERVICE=P` and `SERVICE:P` parse; anything else is an error saying what is expected.

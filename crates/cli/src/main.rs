@@ -146,6 +146,10 @@ enum Command {
         /// `stormglass advise --format json` (per edge max_attempts and retry budget).
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// How the policy's retry budgets run, as `replay --budget-as` (Envoy's: retries in
+        /// flight, modelled in a steady state).
+        #[arg(long, value_enum, default_value_t = offline::BudgetAs::Linkerd)]
+        budget_as: offline::BudgetAs,
         #[command(flatten)]
         input: SpanFiles,
         /// Which layers and edges to list: by default the most amplified layers and the
@@ -449,6 +453,7 @@ fn main() -> ExitCode {
         Command::Whatif {
             fail,
             policy,
+            budget_as,
             input,
             listing,
         } => offline(input.config, |config| async move {
@@ -456,7 +461,7 @@ fn main() -> ExitCode {
                 &config,
                 &input.files,
                 &fail,
-                policy.as_deref(),
+                policy.as_deref().map(|p| (p, budget_as)),
                 input.format,
                 &listing.selection(),
             )

@@ -109,7 +109,7 @@ pub enum AdviceFormat {
     Linkerd,
 }
 
-/// How `replay` runs a policy's retry budgets.
+/// How `replay` and `whatif` run a policy's retry budgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BudgetAs {
     /// A share of the calls over 10 s (Linkerd's `retryBudget`, Gateway API's
@@ -121,18 +121,26 @@ pub enum BudgetAs {
     Envoy,
 }
 
+/// The policy in `path`, its budgets run as `budget_as` says.
+fn read_budgeted(
+    (path, budget_as): (&Path, BudgetAs),
+) -> anyhow::Result<stormglass_analytics::advice::Policy> {
+    let policy = read_policy(path)?;
+    Ok(match budget_as {
+        BudgetAs::Envoy => policy.with_concurrency_budgets(),
+        BudgetAs::Linkerd => policy,
+    })
+}
+
 /// `stormglass replay --policy FILE FILE|DIR...`: the files' calls under the policy.
 pub async fn replay(
     config: &Config,
     paths: &[PathBuf],
-    (policy, budget_as): (&Path, BudgetAs),
+    policy: (&Path, BudgetAs),
     format: Format,
     selection: &Selection,
 ) -> anyhow::Result<()> {
-    let mut policy = read_policy(policy)?;
-    if budget_as == BudgetAs::Envoy {
-        policy = policy.with_concurrency_budgets();
-    }
+    let policy = read_budgeted(policy)?;
     let ctx = traffic(config, paths).await?;
     let (calls, attempts) = stormglass_analytics::replay::traffic(&ctx, &policy)
         .await
@@ -194,11 +202,11 @@ pub async fn whatif(
     config: &Config,
     paths: &[PathBuf],
     failures: &[(String, f64)],
-    policy: Option<&Path>,
+    policy: Option<(&Path, BudgetAs)>,
     format: Format,
     selection: &Selection,
 ) -> anyhow::Result<()> {
-    let policy = policy.map(read_policy).transpose()?;
+    let policy = policy.map(read_budgeted).transpose()?;
     let report = report(config, paths).await?;
     if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, failures) {
         // The first few by name: a fleet's thousands would bury the answer.
