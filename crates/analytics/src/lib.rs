@@ -17,6 +17,7 @@ pub mod lineage;
 pub mod live;
 pub mod offline;
 mod parallel;
+pub mod policy;
 pub mod queries;
 pub mod replay;
 pub mod report;

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::advice::{Policy, RateBudget, Throttling};
+use crate::policy::{Policy, RateBudget, Throttling};
 use crate::report::{EdgeFigures, Listing, Report, Selection};
 
 /// One layer's expected load if the failures happened.

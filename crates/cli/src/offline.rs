@@ -124,7 +124,7 @@ pub enum BudgetAs {
 /// The policy in `path`, its budgets run as `budget_as` says.
 fn read_budgeted(
     (path, budget_as): (&Path, BudgetAs),
-) -> anyhow::Result<stormglass_analytics::advice::Policy> {
+) -> anyhow::Result<stormglass_analytics::policy::Policy> {
     let policy = read_policy(path)?;
     Ok(match budget_as {
         BudgetAs::Envoy => policy.with_concurrency_budgets(),
@@ -155,9 +155,9 @@ pub async fn replay(
 }
 
 /// A policy file (`--policy`): the JSON of `stormglass advise --format json`.
-pub fn read_policy(path: &Path) -> anyhow::Result<stormglass_analytics::advice::Policy> {
+pub fn read_policy(path: &Path) -> anyhow::Result<stormglass_analytics::policy::Policy> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    stormglass_analytics::advice::Policy::parse(&text)
+    stormglass_analytics::policy::Policy::parse(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 

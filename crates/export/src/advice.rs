@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use stormglass_analytics::advice::{Advice, EdgeAdvice, min_retry_concurrency, worst_ms};
+use stormglass_analytics::advice::{Advice, EdgeAdvice, worst_ms};
+use stormglass_analytics::policy::min_retry_concurrency;
 
 /// Seconds as protobuf's Duration JSON writes them (`0.450s`).
 fn duration(ms: f64) -> String {

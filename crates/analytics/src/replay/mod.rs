@@ -39,8 +39,8 @@ use datafusion::prelude::SessionContext;
 
 use stormglass_runtime::retry_budget::RetryBudget;
 
-use crate::advice::{Policy, PolicyEdge};
 use crate::engine::AnalysisError;
+use crate::policy::{Policy, PolicyEdge};
 use crate::queries;
 use crate::report::{Listing, Selection};
 use crate::table::{rows, run};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::{AttemptRow, Budget, CallRow, Key, Plan, key_of, name};
-use crate::advice::Policy;
+use crate::policy::Policy;
 
 /// Per throttled edge, its attempts replayed through the token bucket, and the successes
 /// it loses (calls whose success came on a retry the bucket holds back).

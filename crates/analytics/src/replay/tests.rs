@@ -149,7 +149,7 @@ fn concurrency_budget_as_envoy_holds_it() {
         replay(&calls, &attempts, &as_envoy).edges[0].retries_replayed,
         3.0
     );
-    assert_eq!(crate::advice::min_retry_concurrency(10.0, Some(200.0)), 2);
+    assert_eq!(crate::policy::min_retry_concurrency(10.0, Some(200.0)), 2);
 }
 
 fn call(attempts: i64, ok: bool, at_s: i64) -> CallRow {
