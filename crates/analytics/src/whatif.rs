@@ -26,11 +26,12 @@
 //! `min(1, r / R)` the budget lets through) all fail too:
 //! `q (1 - min(1, r / R) (1 - q^(m-1)))`. A budget that holds concurrent retries (an entry
 //! with `min_retry_concurrency`: Envoy's and Istio's) allows, in a steady state where
-//! retries last as long as first tries, `r = max(ratio / (1 - ratio), min / (c d))`: its
-//! retries in flight are at most `ratio` of all requests in flight (retries included), or
-//! `min`, over the `c d` first tries in flight, `d` being one try's timeout (the entry's,
-//! else the edge's observed, else 1 s). Edges the policy does not name keep what was
-//! observed. Each layer's `success_probability` is `1 - q` of its requests.
+//! retries last as long as first tries, `r = max(ratio / (1 - ratio), min / F)`: its
+//! cluster's retries in flight are at most `ratio` of all its requests in flight (retries
+//! included), or `min`, over the `F` first tries in flight to the cluster (the caller's
+//! calls to the callee, every operation: each edge's calls per second x one try's timeout,
+//! the entry's, else the edge's observed, else 1 s). Edges the policy does not name keep
+//! what was observed. Each layer's `success_probability` is `1 - q` of its requests.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -257,18 +258,35 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
         .collect();
     let seconds = report.window.seconds.filter(|s| *s > 0.0);
     let floored = seconds.is_some() && budgets.iter().flatten().any(|b| b.has_floor());
+    let concurrent = (budgets.iter().flatten()).any(|b| matches!(b, Budget::Concurrency { .. }));
+    let try_seconds: Vec<f64> = (report.edges.iter())
+        .map(|e| try_seconds(e, policy))
+        .collect();
     let mut solution = Solution::default();
     for round in 0..MAX_ROUNDS {
         // The first round takes every caller at its no-retry rate, the largest allowance.
         let mut moved = round == 0;
+        // Each edge's calls per second under the failure; per caller and callee (Envoy's
+        // cluster), the first tries in flight, each lasting its edge's try.
+        let rates: Vec<Option<f64>> = (report.edges.iter().enumerate())
+            .map(|(i, e)| {
+                let upstream = (solution.amplification.get(e.caller.as_str()))
+                    .copied()
+                    .unwrap_or(1.0);
+                seconds.map(|s| no_retry_calls[i] * upstream / s)
+            })
+            .collect();
+        let mut in_flight: HashMap<(&str, &str), f64> = HashMap::new();
+        if concurrent {
+            for ((e, rate), try_s) in report.edges.iter().zip(&rates).zip(&try_seconds) {
+                *in_flight.entry((&e.caller, &e.callee)).or_default() +=
+                    rate.unwrap_or(0.0) * try_s;
+            }
+        }
         for (i, (e, budget)) in report.edges.iter().zip(&budgets).enumerate() {
             let Some(budget) = budget else { continue };
-            let upstream = solution
-                .amplification
-                .get(e.caller.as_str())
-                .copied()
-                .unwrap_or(1.0);
-            let per_call = budget.per_call(seconds.map(|s| no_retry_calls[i] * upstream / s));
+            let cluster = in_flight.get(&(e.caller.as_str(), e.callee.as_str()));
+            let per_call = budget.per_call(rates[i], seconds.and(cluster.copied()));
             let before = model.retrying[i].budget;
             moved |= before.is_none_or(|b| (b - per_call).abs() > 1e-12 * b.abs().max(1.0));
             model.retrying[i].budget = Some(per_call);
@@ -348,9 +366,6 @@ fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
         Some(min) => Budget::Concurrency {
             ratio,
             min: f64::from(min),
-            try_seconds: (entry.timeout_ms.or(e.timeout_ms))
-                .filter(|ms| *ms > 0.0)
-                .map_or(1.0, |ms| ms / 1e3),
         },
         None => Budget::Rate(RateBudget {
             ratio,
@@ -359,18 +374,23 @@ fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
     })
 }
 
+/// How long one try of `e` lasts in the model: the policy's per-try timeout, else the
+/// timeout observed, else 1 s (the rule `advise` turns a floor into retries in flight by).
+fn try_seconds(e: &EdgeFigures, policy: Option<&Policy>) -> f64 {
+    let entry = policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation));
+    (entry.and_then(|p| p.timeout_ms).or(e.timeout_ms))
+        .filter(|ms| *ms > 0.0)
+        .map_or(1.0, |ms| ms / 1e3)
+}
+
 /// A retry budget as the model runs it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Budget {
     /// Linkerd's (and Gateway API's): a share of the calls, a floor per second on top.
     Rate(RateBudget),
-    /// Envoy's and Istio's: retries in flight at most `ratio` of the requests in flight,
-    /// or `min`; tries last `try_seconds`.
-    Concurrency {
-        ratio: f64,
-        min: f64,
-        try_seconds: f64,
-    },
+    /// Envoy's and Istio's: retries in flight to the cluster (the caller's calls to the
+    /// callee, every operation) at most `ratio` of its requests in flight, or `min`.
+    Concurrency { ratio: f64, min: f64 },
 }
 
 impl Budget {
@@ -389,22 +409,20 @@ impl Budget {
         }
     }
 
-    /// The retries per call it allows at `calls_per_second` (see the module's model).
-    fn per_call(self, calls_per_second: Option<f64>) -> f64 {
+    /// The retries per call it allows at `calls_per_second` on the edge, with
+    /// `first_tries_in_flight` at its cluster (see the module's model); what the share
+    /// allows where either is unknown.
+    fn per_call(self, calls_per_second: Option<f64>, first_tries_in_flight: Option<f64>) -> f64 {
         match self {
             Budget::Rate(b) => b.per_call(calls_per_second),
-            Budget::Concurrency {
-                ratio,
-                min,
-                try_seconds,
-            } => {
+            Budget::Concurrency { ratio, min } => {
                 let share = if ratio < 1.0 {
                     ratio / (1.0 - ratio)
                 } else {
                     f64::INFINITY
                 };
-                match calls_per_second {
-                    Some(rate) if rate > 0.0 => share.max(min / (rate * try_seconds)),
+                match first_tries_in_flight {
+                    Some(f) if f > 0.0 => share.max(min / f),
                     Some(_) => f64::INFINITY,
                     None => share,
                 }
@@ -624,14 +642,16 @@ mod tests {
     /// calls `spacing_ns` apart to a callee failing at random with probability `q`, 3
     /// attempts each as made without a policy.
     fn replayed_retries_per_call(q: f64, spacing_ns: i64, policy: &str) -> f64 {
-        replayed_tries(q, (2000, spacing_ns, 0), policy)
+        replayed_tries(q, (2000, spacing_ns, 0), &["op"], policy)
     }
 
     /// As [`replayed_retries_per_call`] over `calls` calls, each try lasting `try_ns`, the
-    /// next sent as the one before ends.
+    /// next sent as the one before ends, the calls taking `operations` in turn: the
+    /// retries per call over them all.
     fn replayed_tries(
         q: f64,
         (calls_made, spacing_ns, try_ns): (i64, i64, i64),
+        operations: &[&str],
         policy: &str,
     ) -> f64 {
         let mut seed = 7_u64;
@@ -644,6 +664,7 @@ mod tests {
         let mut attempts = Vec::new();
         let mut calls = Vec::new();
         for call in 0..calls_made {
+            let operation = operations[call as usize % operations.len()];
             let mut made = 0;
             let mut ok = false;
             while made < 3 && !ok {
@@ -651,7 +672,7 @@ mod tests {
                 attempts.push(crate::replay::AttemptRow {
                     caller: Some("a".into()),
                     callee: Some("b".into()),
-                    operation: Some("op".into()),
+                    operation: Some(operation.into()),
                     trace_id: format!("{call:032x}"),
                     logical_call_id: 1,
                     attempt: made,
@@ -664,7 +685,7 @@ mod tests {
             calls.push(crate::replay::CallRow {
                 caller: Some("a".into()),
                 callee: Some("b".into()),
-                operation: Some("op".into()),
+                operation: Some(operation.into()),
                 attempts: made,
                 final_outcome: Some(if ok { "ok" } else { "unavailable" }.into()),
                 weight: 1.0,
@@ -677,7 +698,8 @@ mod tests {
         }
         let policy = Policy::parse(policy).unwrap();
         let r = crate::replay::replay(&calls, &attempts, &policy);
-        r.edges[0].retries_replayed / r.edges[0].counts.calls
+        let retries: f64 = r.edges.iter().map(|e| e.retries_replayed).sum();
+        retries / r.edges.iter().map(|e| e.counts.calls).sum::<f64>()
     }
 
     /// A budget with a floor, in a steady state, allows what the model says: 10 calls a
@@ -738,18 +760,57 @@ mod tests {
         ] {
             let modelled = Retrying {
                 max_attempts: 3,
-                budget: Some(budget.per_call(Some(per_second))),
+                budget: Some(budget.per_call(Some(per_second), Some(per_second * 0.1))),
                 throttling: None,
             };
             let expected = modelled.attempts_per_call(1.0) - 1.0;
-            let replayed = replayed_tries(1.0, (calls, spacing_ns, 100_000_000), policy);
+            let replayed = replayed_tries(1.0, (calls, spacing_ns, 100_000_000), &["op"], policy);
             assert!(
                 (replayed - expected).abs() <= within * expected + 1e-3,
                 "{per_second}/s: {replayed} replayed vs {expected}"
             );
         }
-        assert!((budget.per_call(Some(1000.0)) - 0.25).abs() < 1e-12);
-        assert!((budget.per_call(Some(10.0)) - 1.0).abs() < 1e-12);
+        assert!((budget.per_call(Some(1000.0), Some(100.0)) - 0.25).abs() < 1e-12);
+        assert!((budget.per_call(Some(10.0), Some(1.0)) - 1.0).abs() < 1e-12);
+    }
+
+    /// Envoy's budget is the cluster's: two operations of `a` on `b`, 5 calls a second each,
+    /// share its one retry in flight. The what-if of such a window allows each 1 retry per
+    /// call (the one retry in flight over the cluster's 1 first try in flight), as the
+    /// replay lets through, not 2 (each operation's own half a first try in flight).
+    #[test]
+    fn a_concurrency_budget_is_shared_by_its_cluster() {
+        let policy = r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
+            "timeout_ms": 100, "retry_budget_ratio": 0.2, "min_retry_concurrency": 1}]}"#;
+        let replayed = replayed_tries(1.0, (400, 100_000_000, 100_000_000), &["x", "y"], policy);
+        let edge = |operation: &str| -> EdgeFigures {
+            serde_json::from_value(serde_json::json!({
+                "caller": "a", "callee": "b", "operation": operation,
+                "logical_calls": 200, "attempts": 200, "retry_attempts": 0, "orphan_pairs": 0,
+                "orphan_work_seconds": 0.0, "unsafe_retries": 0,
+                "timeout_retries_on_writes": 0, "immediate_retries": 0,
+                "deadline_inversions": 0, "max_attempt": 0,
+            }))
+            .unwrap()
+        };
+        let report = Report {
+            edges: vec![edge("x"), edge("y")],
+            window: crate::report::Window {
+                seconds: Some(40.0),
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let answer = what_if(
+            &report,
+            &[("b".into(), 1.0)],
+            Some(&Policy::parse(policy).unwrap()),
+        );
+        for e in &answer.edges {
+            assert_eq!(e.retry_budget_per_call, Some(1.0), "{e:?}");
+            assert!((e.attempts_per_call - 2.0).abs() < 1e-12, "{e:?}");
+        }
+        assert!((replayed - 1.0).abs() < 0.02, "{replayed} replayed");
     }
 
     /// `SERVICE=P` and `SERVICE:P` parse; anything else is an error saying what is expected.
