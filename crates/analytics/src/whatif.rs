@@ -259,9 +259,14 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
     let seconds = report.window.seconds.filter(|s| *s > 0.0);
     let floored = seconds.is_some() && budgets.iter().flatten().any(|b| b.has_floor());
     let concurrent = (budgets.iter().flatten()).any(|b| matches!(b, Budget::Concurrency { .. }));
-    let try_seconds: Vec<f64> = (report.edges.iter())
-        .map(|e| try_seconds(e, policy))
-        .collect();
+    // How long each edge's tries last, where a budget holds retries in flight.
+    let tries: Vec<f64> = if concurrent {
+        (report.edges.iter())
+            .map(|e| try_seconds(e, policy))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut solution = Solution::default();
     for round in 0..MAX_ROUNDS {
         // The first round takes every caller at its no-retry rate, the largest allowance.
@@ -277,11 +282,8 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
             })
             .collect();
         let mut in_flight: HashMap<(&str, &str), f64> = HashMap::new();
-        if concurrent {
-            for ((e, rate), try_s) in report.edges.iter().zip(&rates).zip(&try_seconds) {
-                *in_flight.entry((&e.caller, &e.callee)).or_default() +=
-                    rate.unwrap_or(0.0) * try_s;
-            }
+        for ((e, rate), try_s) in report.edges.iter().zip(&rates).zip(&tries) {
+            *in_flight.entry((&e.caller, &e.callee)).or_default() += rate.unwrap_or(0.0) * try_s;
         }
         for (i, (e, budget)) in report.edges.iter().zip(&budgets).enumerate() {
             let Some(budget) = budget else { continue };
