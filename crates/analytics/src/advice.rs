@@ -629,17 +629,13 @@ mod tests {
     }
 
     fn edge(caller: &str, callee: &str, p999: f64) -> EdgeFigures {
-        let mut e: EdgeFigures = serde_json::from_value(serde_json::json!({
-            "caller": caller, "callee": callee, "operation": "op",
-            "logical_calls": 600, "attempts": 600, "retry_attempts": 0,
-            "retries_by_cause": {}, "orphan_pairs": 0, "orphan_work_seconds": 0.0,
-            "unsafe_retries": 0, "timeout_retries_on_writes": 0, "idempotency_hits": 0,
-            "deadline_inversions": 0, "immediate_retries": 0,
-        }))
-        .unwrap_or_else(|e| unreachable!("a minimal edge: {e}"));
-        e.callee_p999_ms = Some(p999);
-        e.callee_median_ms = Some(p999 / 10.0);
-        e
+        EdgeFigures {
+            logical_calls: 600,
+            attempts: 600,
+            callee_p999_ms: Some(p999),
+            callee_median_ms: Some(p999 / 10.0),
+            ..EdgeFigures::named(caller, callee, "op")
+        }
     }
 
     /// A service called by two callers has the shorter of their timeouts, as `check-budget`

@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::policy::{Policy, RateBudget, Throttling};
+use crate::policy::{Policy, PolicyEdge, RateBudget, Throttling};
 use crate::report::{EdgeFigures, Listing, Report, Selection};
 
 /// One layer's expected load if the failures happened.
@@ -171,8 +171,8 @@ struct Retrying {
 }
 
 impl Retrying {
-    fn of(e: &EdgeFigures, policy: Option<&Policy>) -> Retrying {
-        match policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation)) {
+    fn of(e: &EdgeFigures, entry: Option<&PolicyEdge>) -> Retrying {
+        match entry {
             Some(p) => Retrying {
                 max_attempts: p.max_attempts.max(1),
                 // Set by what_if from the policy's ratio and floor.
@@ -235,12 +235,17 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
     for (i, e) in report.edges.iter().enumerate() {
         calls.entry(e.caller.as_str()).or_default().push(i);
     }
-    let budgets: Vec<Option<Budget>> = report.edges.iter().map(|e| budget_of(e, policy)).collect();
+    // Each edge's policy entry, looked up once.
+    let entries: Vec<Option<&PolicyEdge>> = (report.edges.iter())
+        .map(|e| policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation)))
+        .collect();
+    let budgets: Vec<Option<Budget>> = entries.iter().map(|e| budget_of(*e)).collect();
     let mut model = Model {
         retrying: report
             .edges
             .iter()
-            .map(|e| Retrying::of(e, policy))
+            .zip(&entries)
+            .map(|(e, entry)| Retrying::of(e, *entry))
             .collect(),
         calls,
     };
@@ -261,8 +266,8 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
     let concurrent = (budgets.iter().flatten()).any(|b| matches!(b, Budget::Concurrency { .. }));
     // How long each edge's tries last, where a budget holds retries in flight.
     let tries: Vec<f64> = if concurrent {
-        (report.edges.iter())
-            .map(|e| try_seconds(e, policy))
+        (report.edges.iter().zip(&entries))
+            .map(|(e, entry)| try_seconds(e, *entry))
             .collect()
     } else {
         Vec::new()
@@ -360,8 +365,8 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
 const MAX_ROUNDS: usize = 64;
 
 /// An edge's retry budget in the model: the policy's, negative halves read as 0.
-fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
-    let entry = policy?.edge(&e.caller, &e.callee, &e.operation)?;
+fn budget_of(entry: Option<&PolicyEdge>) -> Option<Budget> {
+    let entry = entry?;
     let b = entry.rate_budget()?;
     let ratio = b.ratio.max(0.0);
     Some(match entry.min_retry_concurrency {
@@ -378,8 +383,7 @@ fn budget_of(e: &EdgeFigures, policy: Option<&Policy>) -> Option<Budget> {
 
 /// How long one try of `e` lasts in the model: the policy's per-try timeout, else the
 /// timeout observed, else 1 s (the rule `advise` turns a floor into retries in flight by).
-fn try_seconds(e: &EdgeFigures, policy: Option<&Policy>) -> f64 {
-    let entry = policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation));
+fn try_seconds(e: &EdgeFigures, entry: Option<&PolicyEdge>) -> f64 {
     (entry.and_then(|p| p.timeout_ms).or(e.timeout_ms))
         .filter(|ms| *ms > 0.0)
         .map_or(1.0, |ms| ms / 1e3)
@@ -745,14 +749,7 @@ mod tests {
         let policy = r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
             "timeout_ms": 100, "retry_budget_ratio": 0.2, "min_retry_concurrency": 1}]}"#;
         let parsed = Policy::parse(policy).unwrap();
-        let edge: EdgeFigures = serde_json::from_value(serde_json::json!({
-            "caller": "a", "callee": "b", "operation": "op",
-            "logical_calls": 0, "attempts": 0, "retry_attempts": 0, "orphan_pairs": 0,
-            "orphan_work_seconds": 0.0, "unsafe_retries": 0, "timeout_retries_on_writes": 0,
-            "immediate_retries": 0, "deadline_inversions": 0,
-        }))
-        .unwrap();
-        let budget = budget_of(&edge, Some(&parsed)).unwrap();
+        let budget = budget_of(parsed.edge("a", "b", "op")).unwrap();
         // Envoy holds whole retries (at 100 first tries in flight, 24 retries, not 25): the
         // model is within one retry in flight of the replay.
         for (calls, spacing_ns, per_second, within) in [
@@ -785,15 +782,11 @@ mod tests {
         let policy = r#"{"edges": [{"caller": "a", "callee": "b", "max_attempts": 3,
             "timeout_ms": 100, "retry_budget_ratio": 0.2, "min_retry_concurrency": 1}]}"#;
         let replayed = replayed_tries(1.0, (400, 100_000_000, 100_000_000), &["x", "y"], policy);
-        let edge = |operation: &str| -> EdgeFigures {
-            serde_json::from_value(serde_json::json!({
-                "caller": "a", "callee": "b", "operation": operation,
-                "logical_calls": 200, "attempts": 200, "retry_attempts": 0, "orphan_pairs": 0,
-                "orphan_work_seconds": 0.0, "unsafe_retries": 0,
-                "timeout_retries_on_writes": 0, "immediate_retries": 0,
-                "deadline_inversions": 0, "max_attempt": 0,
-            }))
-            .unwrap()
+        let edge = |operation: &str| EdgeFigures {
+            logical_calls: 200,
+            attempts: 200,
+            max_attempt: Some(0),
+            ..EdgeFigures::named("a", "b", operation)
         };
         let report = Report {
             edges: vec![edge("x"), edge("y")],

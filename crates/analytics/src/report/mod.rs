@@ -484,6 +484,21 @@ pub use listing::{DEFAULT_LIMIT, IMPACT_ORDER, Listing, Selection, keep_worst};
 pub use storm::{Link, register_storm_potential, storm_potential};
 
 #[cfg(test)]
+impl EdgeFigures {
+    /// An edge with no traffic, every figure at its default, for a test to fill the figures
+    /// it is about.
+    pub(crate) fn named(caller: &str, callee: &str, operation: &str) -> EdgeFigures {
+        serde_json::from_value(serde_json::json!({
+            "caller": caller, "callee": callee, "operation": operation,
+            "logical_calls": 0, "attempts": 0, "retry_attempts": 0, "orphan_pairs": 0,
+            "orphan_work_seconds": 0.0, "unsafe_retries": 0, "timeout_retries_on_writes": 0,
+            "immediate_retries": 0, "deadline_inversions": 0,
+        }))
+        .unwrap_or_else(|e| unreachable!("a minimal edge: {e}"))
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::FINDING_KINDS;
 
