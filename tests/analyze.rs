@@ -972,6 +972,15 @@ order = [\"inventory\", \"payment\"]
     );
 }
 
+/// Whether `edges` (a JSON array) are in (caller, callee, operation) order.
+fn listed_by_name(edges: &Value) -> bool {
+    let key = |e: &Value| {
+        ["caller", "callee", "operation"].map(|k| e[k].as_str().unwrap_or_default().to_owned())
+    };
+    let keys: Vec<_> = edges.as_array().unwrap().iter().map(key).collect();
+    keys.windows(2).all(|w| w[0] <= w[1])
+}
+
 /// The 400-service mesh of the width tests (3,000 traces, ~4,000 edges), written to a file.
 fn wide_mesh_file(name: &str) -> (Spans, stormglass_testkit::mesh::Mesh, PathBuf) {
     let mut spans = Spans::default();
@@ -997,6 +1006,15 @@ fn a_wide_mesh_stays_readable_and_judged_per_operation() {
     assert_eq!(listing["edges"], mesh.edges.len() as u64, "{listing}");
     assert_eq!(listing["layers"], 400, "{listing}");
     assert_eq!(listing["truncated"], true, "{listing}");
+    // Listed by name, as the order says: the worst kept, not moved to the top.
+    assert!(listed_by_name(&shown["edges"]), "{listing}");
+    assert!(
+        listing["order"]
+            .as_str()
+            .unwrap()
+            .ends_with("listed by name"),
+        "{listing}"
+    );
     // Entry operations (one per service) the worst 200 too; coverage and trace counts per
     // service those of the listed edges' and layers' services.
     assert_eq!(shown["entries"].as_array().unwrap().len(), 200);
@@ -1207,8 +1225,9 @@ fn replay_and_whatif_at_width_list_the_worst_with_totals() {
         shown["listing"]["order"]
             .as_str()
             .unwrap()
-            .contains("successes lost")
+            .contains("successes lost, then attempts saved; listed by name")
     );
+    assert!(listed_by_name(&shown["edges"]));
     let all_edges = everything["edges"].as_array().unwrap();
     assert_eq!(all_edges.len(), mesh.edges.len());
     assert_eq!(everything["listing"]["truncated"], false);

@@ -81,12 +81,13 @@ pub struct WhatIf {
     pub listing: Listing,
 }
 
-/// The order [`WhatIf::listed`] keeps the worst in.
-pub const WHATIF_ORDER: &str = "layers by amplification, then requests per second; \
-    edges by attempts per call, then the callee's failure probability";
+/// Which layers and edges [`WhatIf::listed`] keeps, and the order it lists them in.
+pub const WHATIF_ORDER: &str = "the worst kept: layers by amplification, then requests \
+    per second; edges by attempts per call, then the callee's failure probability; listed \
+    by name";
 
 impl WhatIf {
-    /// The layers and edges `selection` selects, at most its limit of each, the worst first
+    /// The layers and edges `selection` selects, at most its limit of each: the worst
     /// ([`WHATIF_ORDER`]), each in its place; `listing` counts them.
     pub fn listed(mut self, selection: &Selection) -> WhatIf {
         let services = selection.services(&self.edges, |e| (&e.caller, &e.callee));

@@ -348,9 +348,9 @@ struct Listing {
     /// cancel.
     #[arg(long)]
     all: bool,
-    /// How many edges and layers to list, the worst first (failed plus retried
-    /// attempts; layers by requests above their baseline); the report's `listing` says
-    /// how many there are.
+    /// How many edges and layers to list: the worst (the most failed plus retried
+    /// attempts; layers by requests above their baseline), listed by name; the report's
+    /// `listing` says how many there are.
     #[arg(long, default_value_t = stormglass_analytics::report::DEFAULT_LIMIT)]
     limit: usize,
     /// Only the calls in and out of this service, and its layer.

@@ -166,11 +166,12 @@ pub struct ReplayTotals {
     pub load_saved: Option<f64>,
 }
 
-/// The order [`Replay::listed`] keeps the worst in.
-pub const REPLAY_ORDER: &str = "edges by successes lost, then attempts saved";
+/// Which edges [`Replay::listed`] keeps, and the order it lists them in.
+pub const REPLAY_ORDER: &str =
+    "the worst kept: edges by successes lost, then attempts saved; listed by name";
 
 impl Replay {
-    /// The edges `selection` selects, at most its limit, the worst first
+    /// The edges `selection` selects, at most its limit: the worst
     /// ([`REPLAY_ORDER`]), each in its place; the totals stay those of every edge.
     pub fn listed(mut self, selection: &Selection) -> Replay {
         let saved = |e: &EdgeReplay| e.counts.attempts - e.counts.attempts_replayed;

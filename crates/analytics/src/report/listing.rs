@@ -10,10 +10,13 @@ use super::{Coverage, EdgeFigures, FindingTotal, Report};
 /// Edges and layers a report lists by default (`?limit=`, `analyze --limit`).
 pub const DEFAULT_LIMIT: usize = 200;
 
-/// The order a limited report lists edges and layers in (the report's `listing.order`).
-pub const IMPACT_ORDER: &str = "edges by failed plus retried attempts, then attempts; \
-    layers by requests above their baseline (retries from upstream), then requests; \
-    entry operations by failed requests, then requests; most first";
+/// Which edges, layers and entry operations a limited report keeps, and the order it lists
+/// them in (the report's `listing.order`): by name, as the whole report, so a listing reads
+/// and diffs like it.
+pub const IMPACT_ORDER: &str = "the worst kept: edges with the most failed plus retried \
+    attempts, then attempts; layers with the most requests above their baseline (retries \
+    from upstream), then requests; entry operations with the most failed requests, then \
+    requests; listed by name";
 
 /// Which part of a window's report a reader asks for: the worst `limit` edges and layers
 /// (all with `None`), around one `service` (its calls in and out, its layer) or one `caller`
@@ -87,7 +90,7 @@ impl Selection {
     }
 
     /// Keep the edges of `items` this selection selects (`names` gives an item's caller and
-    /// callee), at most its limit of them, the worst first by `worse` (`Less` for the worse
+    /// callee), at most its limit of them, the worst by `worse` (`Less` for the worse
     /// of two), each kept in its place: returns how many it selected before the limit.
     pub fn keep_edges<T>(
         &self,
@@ -125,7 +128,7 @@ impl Selection {
     }
 }
 
-/// Keep at most `limit` of `items`, the worst first by `worse`, each in its place.
+/// Keep at most `limit` of `items`, the worst by `worse`, each in its place.
 pub fn keep_worst<T>(
     items: &mut Vec<T>,
     limit: Option<usize>,
@@ -171,7 +174,7 @@ fn edge_impact(e: &EdgeFigures) -> (u64, u64) {
 impl Report {
     /// The part of this report `selection` asks for: edges (with their coverage), findings
     /// and orphans of the selected calls, the layers and entry operations of the selected
-    /// services, the worst first ([`IMPACT_ORDER`]) up to the limit, the coverage and trace
+    /// services, the worst ([`IMPACT_ORDER`]) up to the limit in their order, the coverage and trace
     /// counts of the listed edges' and layers' services, with `listing` saying what was left
     /// out. Window figures, trace totals and alerts stay whole.
     pub fn select(&self, selection: &Selection) -> Report {
