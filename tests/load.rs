@@ -445,6 +445,66 @@ fn analysis_panic_fails_healthz_until_it_recovers() {
     assert_eq!(server.metric("stormglass_internal_errors_total", &[]), 1.0);
 }
 
+/// A report let go before a build (what a wide window under memory pressure does; forced
+/// here by a fault that also makes each build take 3 s): /api/v1/report, /api/v1/advice and
+/// /api/v1/whatif answer 503 with `Retry-After` while the next is built, never an empty or
+/// stale report; the release is counted, and the next report then answers.
+#[test]
+#[cfg_attr(
+    not(feature = "test-faults"),
+    ignore = "injects faults: needs --features stormglass/test-faults, as tests/run.sh builds"
+)]
+fn a_report_let_go_answers_503_until_the_next_is_built() {
+    let server = Server::start(&[
+        ("RUST_LOG", "warn"),
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "500ms"),
+        ("STORMGLASS_TEST_FAULTS", "report_released=3s"),
+    ]);
+    let api = |path: &str| format!("http://{}/api/v1/{path}", server.api);
+    let status = |path: &str| {
+        let response = reqwest::blocking::get(api(path)).unwrap();
+        let retry_after = response.headers().get("retry-after").cloned();
+        (response.status().as_u16(), retry_after)
+    };
+    // Each new trace makes a new build; polled through its 3 s, the three endpoints answer
+    // 503 together.
+    let mut trace = 0u8;
+    let mut seen = None;
+    server.wait_until("503s while the report is rebuilt", |_| {
+        let answers = [
+            status("report"),
+            status("advice"),
+            status("whatif?fail=svc:1"),
+        ];
+        if answers.iter().all(|(code, _)| *code == 503) {
+            seen = Some(answers);
+            return true;
+        }
+        if answers[0].0 == 200 {
+            trace = trace.wrapping_add(1);
+            common::post_span(&server, trace);
+        }
+        false
+    });
+    for (code, retry_after) in seen.unwrap() {
+        assert_eq!(code, 503);
+        assert_eq!(
+            retry_after.as_ref().and_then(|r| r.to_str().ok()),
+            Some("1")
+        );
+    }
+    let released = server.metric("stormglass_analysis_reports_released_total", &[]);
+    assert!(released >= 1.0, "the release is counted: {released}");
+    // Once built, the report with the spans posted.
+    server.wait_until("the next report, with the spans", |_| {
+        let (code, body) = common::get(&api("report"));
+        code == 200
+            && serde_json::from_str::<serde_json::Value>(&body)
+                .is_ok_and(|r| r["window"]["spans"].as_u64() >= Some(1))
+    });
+}
+
 /// shutdown.timeout holds whatever the analysis is doing: with every chunk made to take 120 s,
 /// SIGTERM still ends the process soon after the 1 s timeout (logged, the spans left
 /// unanalysed counted), not once the analysis finishes.

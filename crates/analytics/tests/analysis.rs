@@ -1269,7 +1269,7 @@ async fn live_and_offline_agree() {
             .await
             .unwrap();
     }
-    let live = live.report();
+    let live = live.report().expect("a report after its intervals");
     assert!(
         traces.len() / 97 >= 10,
         "the window must hold many intervals"
@@ -1318,7 +1318,7 @@ async fn chunked_interval_equals_offline() {
     );
     live.run_interval(SystemTime::now()).await.unwrap();
     assert_eq!(budget.used(), 0, "analysed spans return their memory");
-    assert_same_figures(&live.report(), &offline);
+    assert_same_figures(&live.report().expect("a report"), &offline);
 }
 
 /// An interval's chunks are merged to one row per key before the window keeps them

@@ -178,9 +178,24 @@ async fn report(
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
     match selection(query.as_deref().unwrap_or_default(), &[]) {
-        Ok(selection) => json(&state.analysis.report().select(&selection)),
+        Ok(selection) => match state.analysis.report() {
+            Some(report) => json(&report.select(&selection)),
+            None => rebuilding(),
+        },
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
+}
+
+/// 503 + `Retry-After`: the last report was let go so that the next one's build stays
+/// within `limits.memory` (a wide window under memory pressure), and it is being built.
+fn rebuilding() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        "the window's report is being rebuilt (the last one was let go to stay within \
+         limits.memory); retry shortly\n",
+    )
+        .into_response()
 }
 
 /// The report selection a query string asks for; `also` names the endpoint's own keys.
@@ -231,7 +246,9 @@ async fn advice(
 ) -> Response {
     match selection(query.as_deref().unwrap_or_default(), &[]) {
         Ok(selection) => {
-            let report = state.analysis.report();
+            let Some(report) = state.analysis.report() else {
+                return rebuilding();
+            };
             json(&state.advice_of(&report).listed(&report.select(&selection)))
         }
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
@@ -261,7 +278,9 @@ async fn whatif(
         Ok(_) => return bad("expected ?fail=SERVICE:P, e.g. ?fail=db:1 (repeatable)".into()),
         Err(e) => return bad(e),
     };
-    let report = state.analysis.report();
+    let Some(report) = state.analysis.report() else {
+        return rebuilding();
+    };
     if let Some(unknown) = stormglass_analytics::whatif::unknown_service(&report, &failures) {
         return bad(format!("fail={unknown}: no such service in the window"));
     }

@@ -179,9 +179,15 @@ fn summary(
     counts: Counts,
     collector: &Collector,
 ) -> String {
-    let report = collector.analysis.report();
     let alerts = collector.evaluator.alerts();
-    render(scenario, elapsed, duration, counts, &report, &alerts)
+    match collector.analysis.report() {
+        Some(report) => render(scenario, elapsed, duration, counts, &report, &alerts),
+        // Let go to build the next within limits.memory: the figures come at the next tick.
+        None => format!(
+            "{:>4.0}s  {scenario}: the window's report is being rebuilt\n",
+            elapsed.as_secs_f64()
+        ),
+    }
 }
 
 fn render(

@@ -11,10 +11,13 @@ pub struct Faults {
     pub panics: AtomicUsize,
     /// Make every chunk's analysis take at least this long (a slow analysis).
     pub delay: Duration,
+    /// Let the latest report go before every new build, and build for at least this long
+    /// (what a wide window under memory pressure does, made visible).
+    pub report_released: Option<Duration>,
 }
 
 impl Faults {
-    /// Parse `analysis_panics=N,analysis_delay=DURATION`.
+    /// Parse `analysis_panics=N,analysis_delay=DURATION,report_released=DURATION`.
     pub fn parse(text: &str) -> Result<Faults, String> {
         let mut faults = Faults::default();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -29,6 +32,11 @@ impl Faults {
                 "analysis_delay" => {
                     faults.delay =
                         humantime::parse_duration(value).map_err(|e| format!("{item:?}: {e}"))?;
+                }
+                "report_released" => {
+                    faults.report_released = Some(
+                        humantime::parse_duration(value).map_err(|e| format!("{item:?}: {e}"))?,
+                    );
                 }
                 other => return Err(format!("unknown fault {other:?}")),
             }

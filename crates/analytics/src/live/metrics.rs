@@ -11,6 +11,7 @@ pub struct AnalysisMetrics {
     pub(super) chunk_duration: Histogram,
     pub(super) failures: IntCounter,
     pub(super) builds: IntCounter,
+    pub(super) released: IntCounter,
 }
 
 impl AnalysisMetrics {
@@ -45,7 +46,12 @@ impl AnalysisMetrics {
             "stormglass_analysis_report_builds_total",
             "Window reports built by merging the window's partials; an interval that changes no data in the window reuses the last one.",
         )?;
+        let released = IntCounter::new(
+            "stormglass_analysis_reports_released_total",
+            "Reports let go before the next was built, so the build stayed within limits.memory; /api/v1/report answered 503 until it was built.",
+        )?;
         registry.register(Box::new(spans.clone()))?;
+        registry.register(Box::new(released.clone()))?;
         registry.register(Box::new(builds.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(duration.clone()))?;
@@ -58,6 +64,7 @@ impl AnalysisMetrics {
             chunk_duration,
             failures,
             builds,
+            released,
         })
     }
 

@@ -88,7 +88,9 @@ pub struct LiveAnalysis {
     window: Mutex<VecDeque<Interval>>,
     /// Late SERVER spans since the last interval (their durations only are analysed).
     late_servers: Mutex<Vec<(RecordBatch, Reservation)>>,
-    latest: RwLock<Arc<Report>>,
+    /// The latest report; `None` while the next is built after this one was let go to
+    /// stay within `limits.memory` (see `rebuild_report`).
+    latest: RwLock<Option<Arc<Report>>>,
     /// The window the latest report was built from, and its findings before they were
     /// bounded: a window that holds the same data reuses that report (see `rebuild_report`).
     built: Mutex<Option<(WindowKey, Vec<Finding>)>>,
@@ -155,7 +157,7 @@ impl LiveAnalysis {
             servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
             late_servers: Mutex::new(Vec::new()),
-            latest: RwLock::new(Arc::new(Report::default())),
+            latest: RwLock::new(Some(Arc::new(Report::default()))),
             built: Mutex::new(None),
             observers: Vec::new(),
             runtime: None,
@@ -198,8 +200,9 @@ impl LiveAnalysis {
         self.chunk_bytes
     }
 
-    /// The latest window's report.
-    pub fn report(&self) -> Arc<Report> {
+    /// The latest window's report; `None` while the next is built after it was let go to
+    /// keep the build within `limits.memory` (a wide window under memory pressure).
+    pub fn report(&self) -> Option<Arc<Report>> {
         self.latest
             .read()
             .unwrap_or_else(|p| p.into_inner())

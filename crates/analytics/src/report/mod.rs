@@ -475,6 +475,28 @@ pub struct Report {
     pub sequential_calls: BTreeMap<String, Vec<String>>,
 }
 
+impl Report {
+    /// About the bytes this report holds: its rows per edge (figures and coverage) and per
+    /// finding with their names, which are nearly all of it at width (~1.3 KiB an edge).
+    pub fn held_bytes(&self) -> usize {
+        let names = |a: &str, b: &str, c: &str| a.len() + b.len() + c.len();
+        let edges: usize = (self.edges.iter())
+            .map(|e| size_of::<EdgeFigures>() + names(&e.caller, &e.callee, &e.operation))
+            .sum();
+        let coverage: usize = (self.coverage.edges.iter())
+            .map(|e| size_of::<EdgeCoverage>() + names(&e.caller, &e.callee, &e.operation))
+            .sum();
+        let findings: usize = (self.findings.iter())
+            .map(|f| {
+                size_of::<Finding>()
+                    + names(&f.caller, &f.callee, &f.operation)
+                    + f.detail.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        edges + coverage + findings
+    }
+}
+
 mod build;
 mod listing;
 mod storm;
