@@ -2,8 +2,8 @@
 //! and CHANGELOG.md resolves (to a file, and to a heading where it names one), the
 //! metrics reference (docs/metrics.md and the self-metrics of docs/operating.md) lists
 //! exactly the families `/metrics` exports, the figures reference (docs/figures.md) every
-//! figure of a report's edges, layers and entries, and the crates depend on each other as
-//! docs/architecture.md says.
+//! figure of a report's edges, layers and entries, `stormglass query`'s help and reference
+//! every report table, and the crates depend on each other as docs/architecture.md says.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -225,6 +225,35 @@ fn figures_reference_lists_every_figure() {
 
 /// The stages in the order the data flows; `model`, `runtime` and `demo` are beside them.
 const STAGES: [&str; 5] = ["ingest", "archive", "assembly", "analytics", "export"];
+
+/// `stormglass query` names every report table it can read, in its help and in
+/// docs/commands.md: the report's queries and the storm potential's table.
+#[test]
+fn query_reference_names_every_report_table() {
+    let (ok, help, stderr) = common::stormglass(&["query", "--help"]);
+    assert!(ok, "{stderr}");
+    let words: BTreeSet<&str> = (help.split_whitespace())
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
+        .collect();
+    let commands = std::fs::read_to_string(repo_root().join("docs/commands.md")).unwrap();
+    let row = commands
+        .lines()
+        .find(|l| l.starts_with("| `stormglass query"))
+        .expect("docs/commands.md has a row for stormglass query");
+    let tables = (stormglass_analytics::queries::REPORT.iter())
+        .map(|q| q.name)
+        .chain(["storm_potential"]);
+    for table in tables {
+        assert!(
+            words.contains(table),
+            "`stormglass query --help` does not name {table}: {help}"
+        );
+        assert!(
+            row.contains(&format!("`{table}`")),
+            "docs/commands.md's stormglass query row does not name {table}"
+        );
+    }
+}
 
 /// The `stormglass-*` crates a manifest's `[dependencies]` names.
 fn stormglass_dependencies(krate: &str) -> Vec<String> {

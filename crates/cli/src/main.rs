@@ -184,8 +184,10 @@ enum Command {
         all: bool,
     },
     /// Run SQL over span files: tables spans, lineage, lineage_attempts, edge_names,
-    /// attempts, logical_calls, entries, orphans, findings, and the report tables edges, layers,
-    /// edge_causes, entry_operations, trace_counts, finding_counts.
+    /// attempts, logical_calls, entries, orphans, findings, the partials p_*, and the report
+    /// tables layers, layer_operations, clock_skew, retry_budgets, edges, edge_causes,
+    /// entry_operations, trace_counts, finding_counts, coverage, remaining_budgets,
+    /// storm_potential.
     Query {
         /// The SQL to run.
         sql: String,
