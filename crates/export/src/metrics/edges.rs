@@ -73,6 +73,12 @@ impl EdgeSeries {
     }
 
     /// Add `v` to `column` of `row`.
+    /// Whether `row` is an edge's own, new this interval: the first time the edge was seen
+    /// with room for it.
+    pub(super) fn introduced(&self, row: Row) -> bool {
+        row.index >= self.fresh && !row.folded
+    }
+
     pub(super) fn add(&mut self, column: usize, row: Row, v: f64) {
         let c = &mut self.columns[column];
         if row.index >= self.fresh {

@@ -176,3 +176,42 @@ fn gauges_keep_the_first_series_in_label_order() {
     assert_eq!(kept, [(key(&["x", "a"]), 5.0), (key(&["x", "b"]), 4.0)]);
     assert_eq!(family.dropped, 2);
 }
+
+/// An edge's zero series in its other families (orphan pairs by outcome, deadline
+/// violations by kind) are made when it is first seen with room: an interval that sees
+/// the same edges again folds nothing more.
+#[test]
+fn edges_seen_again_make_no_zero_series_again() {
+    use stormglass_analytics::counts::{EdgeCounts, IntervalCounts};
+    let registry = Registry::new();
+    let metrics = FigureMetrics::register(&registry, 2).unwrap();
+    let interval = IntervalCounts {
+        edges: ["op1", "op2", "op3"]
+            .map(|op| EdgeCounts {
+                caller: "a".into(),
+                callee: "b".into(),
+                operation: op.into(),
+                values: vec![0.0; EDGE_COUNTS.len()],
+            })
+            .into(),
+        ..IntervalCounts::default()
+    };
+    let folded = || {
+        [Counter::OrphanPairs, Counter::DeadlineViolations].map(|c| {
+            metrics
+                .metrics
+                .overflow
+                .with_label_values(&[c.spec().name])
+                .get()
+        })
+    };
+    metrics.add_interval(&interval);
+    let first = folded();
+    assert!(first.iter().all(|&n| n > 0), "{first:?}");
+    metrics.add_interval(&interval);
+    metrics.add_interval(&interval);
+    assert_eq!(folded(), first);
+    let state = metrics.lock();
+    let pairs = &state.counters[Counter::OrphanPairs as usize].series;
+    assert!(pairs.contains_key(&key(&["a", "b", "op1", "ok"])));
+}
