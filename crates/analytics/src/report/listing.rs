@@ -174,9 +174,9 @@ fn edge_impact(e: &EdgeFigures) -> (u64, u64) {
 impl Report {
     /// The part of this report `selection` asks for: edges (with their coverage), findings
     /// and orphans of the selected calls, the layers and entry operations of the selected
-    /// services, the worst ([`IMPACT_ORDER`]) up to the limit in their order, the coverage and trace
-    /// counts of the listed edges' and layers' services, with `listing` saying what was left
-    /// out. Window figures, trace totals and alerts stay whole.
+    /// services, the worst ([`IMPACT_ORDER`]) up to the limit in their order, the coverage
+    /// and trace counts of the listed edges' and layers' services, with `listing` saying
+    /// what was left out. Window figures, trace totals and alerts stay whole.
     pub fn select(&self, selection: &Selection) -> Report {
         let mut edges: Vec<&EdgeFigures> = self.edges.iter().collect();
         // Around a service, its own layer; around a caller or callee, the layers the

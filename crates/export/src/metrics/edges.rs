@@ -72,13 +72,13 @@ impl EdgeSeries {
         Row { index, folded }
     }
 
-    /// Add `v` to `column` of `row`.
     /// Whether `row` is an edge's own, new this interval: the first time the edge was seen
     /// with room for it.
     pub(super) fn introduced(&self, row: Row) -> bool {
         row.index >= self.fresh && !row.folded
     }
 
+    /// Add `v` to `column` of `row`.
     pub(super) fn add(&mut self, column: usize, row: Row, v: f64) {
         let c = &mut self.columns[column];
         if row.index >= self.fresh {

@@ -204,7 +204,7 @@ impl FigureMetrics {
         let mut state = self.lock();
         let state = &mut *state;
         Self::apply_deferred(state);
-        let introduced = self.add_edges(state, counts);
+        self.add_edges(state, counts);
         // Families by index in COUNTERS: a Counter's own, or a catalogue entry's.
         let mut add =
             |family: usize, labels: Vec<String>, v: f64| self.add_to(state, family, labels, v);
@@ -250,24 +250,6 @@ impl FigureMetrics {
         for r in &counts.layer_responses {
             let labels = vec![r.service.clone(), r.status_code.clone(), r.outcome.clone()];
             add(Counter::LayerResponses as usize, labels, r.n);
-        }
-        // An edge's zero series in its other families, made once: when it is first seen
-        // with room for its row. Seen again, it has them or folds, and six keys built,
-        // looked up and folded per edge each interval would change nothing.
-        for r in (counts.edges.iter().zip(&introduced)).filter_map(|(r, &new)| new.then_some(r)) {
-            let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
-            for outcome in ["ok", "failed", "pending"] {
-                let mut labels = edge.clone();
-                labels.push(outcome.to_owned());
-                add(Counter::OrphanPairs as usize, labels, 0.0);
-            }
-            for (kind, _) in DEADLINE_VIOLATION_KINDS {
-                add(
-                    Counter::DeadlineViolations as usize,
-                    vec![r.caller.clone(), r.callee.clone(), kind.to_owned()],
-                    0.0,
-                );
-            }
         }
         for r in &counts.out_of_budget {
             add(
@@ -336,9 +318,11 @@ impl FigureMetrics {
     }
 
     /// Each edge's counts, at one lookup per edge for all its families: the catalogue's
-    /// counts, and 0 for the safety counters a later row may add to. Per row of
-    /// `counts.edges`, whether it introduced its edge ([`EdgeSeries::introduced`]).
-    fn add_edges(&self, state: &mut State, counts: &IntervalCounts) -> Vec<bool> {
+    /// counts, and 0 for the safety counters a later row may add to; and, for an edge new
+    /// with room for its row ([`EdgeSeries::introduced`]), its zero series in the families
+    /// labelled by more than the edge. Seen again, an edge has them or folds: six keys
+    /// built, looked up and folded per edge each interval would change nothing.
+    fn add_edges(&self, state: &mut State, counts: &IntervalCounts) {
         // The catalogue's counts are labelled by the edge (catalogue.rs), so each has a column.
         let columns: Vec<(usize, f64)> = (EDGE_COUNTS.iter().enumerate())
             .filter_map(|(i, c)| Some((self.edge_columns[edge_count_family(i)]?, c.unit.to_base())))
@@ -348,19 +332,32 @@ impl FigureMetrics {
             .filter_map(|&c| self.edge_columns[c as usize])
             .collect();
         let spec = &COUNTERS[edge_count_family(0)];
-        let mut introduced = Vec::with_capacity(counts.edges.len());
         for r in &counts.edges {
             let edge = vec![r.caller.clone(), r.callee.clone(), r.operation.clone()];
             let row = state.edges.row(spec, edge, self.limit);
-            introduced.push(state.edges.introduced(row));
             for (&(column, unit), v) in columns.iter().zip(&r.values) {
                 state.edges.add(column, row, v * unit);
             }
             for &column in &at_zero {
                 state.edges.add(column, row, 0.0);
             }
+            if !state.edges.introduced(row) {
+                continue;
+            }
+            for outcome in ["ok", "failed", "pending"] {
+                let labels = vec![
+                    r.caller.clone(),
+                    r.callee.clone(),
+                    r.operation.clone(),
+                    outcome.to_owned(),
+                ];
+                self.add_to(state, Counter::OrphanPairs as usize, labels, 0.0);
+            }
+            for (kind, _) in DEADLINE_VIOLATION_KINDS {
+                let labels = vec![r.caller.clone(), r.callee.clone(), kind.to_owned()];
+                self.add_to(state, Counter::DeadlineViolations as usize, labels, 0.0);
+            }
         }
-        introduced
     }
 
     /// Add `v` to the series `labels` of the counter family at `family` in [`COUNTERS`].
