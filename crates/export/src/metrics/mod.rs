@@ -26,6 +26,8 @@
 
 mod catalogue;
 mod edges;
+mod gauges;
+mod histograms;
 #[cfg(test)]
 mod tests;
 
@@ -42,6 +44,8 @@ use stormglass_analytics::{IntervalObserver, Report, histogram};
 
 use catalogue::*;
 use edges::EdgeSeries;
+use gauges::gauge_families;
+use histograms::{Buckets, merge};
 
 /// The label value overflowing series are folded into.
 pub const OVERFLOW: &str = "__overflow__";
@@ -51,14 +55,6 @@ type Key = Vec<String>;
 #[derive(Default)]
 struct Family {
     series: BTreeMap<Key, f64>,
-}
-
-#[derive(Clone, Default)]
-struct Buckets {
-    /// Non-cumulative counts per `le` index; the last is +Inf. Sums of sampling weights,
-    /// so fractional; rounded when exposed (the cumulative counts, not each bucket).
-    counts: Vec<f64>,
-    sum: f64,
 }
 
 struct State {
@@ -179,7 +175,6 @@ impl FigureMetrics {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Add one interval's partial aggregates to the counters and the histogram.
     /// Apply the increments deferred by the last interval (new series start at 0).
     pub fn flush_deferred(&self) {
         let mut state = self.lock();
@@ -200,6 +195,7 @@ impl FigureMetrics {
         }
     }
 
+    /// Add one interval's partial aggregates to the counters and the histograms.
     pub fn add_interval(&self, counts: &IntervalCounts) {
         let mut state = self.lock();
         let state = &mut *state;
@@ -399,132 +395,6 @@ impl FigureMetrics {
         }
     }
 
-    /// Keys a histogram family may hold: each exposes a series per bucket, `_sum` and
-    /// `_count`, and together they stay within the limit (at least one key).
-    fn histogram_limit(&self) -> usize {
-        (self.limit / (self.bounds.len() + 3)).max(1)
-    }
-
-    /// Add one interval's rows (series key, `le` index, count, sum) to a histogram family.
-    fn add_histograms(
-        &self,
-        state: &mut State,
-        family: Histogram,
-        rows: impl Iterator<Item = (Key, i64, f64, f64)>,
-    ) {
-        let width = self.bounds.len() + 1;
-        let mut interval: BTreeMap<Key, Buckets> = BTreeMap::new();
-        for (key, le, n, seconds) in rows {
-            let b = interval.entry(key).or_insert_with(|| Buckets {
-                counts: vec![0.0; width],
-                sum: 0.0,
-            });
-            b.counts[usize::try_from(le).unwrap_or(0).min(width - 1)] += n;
-            b.sum += seconds;
-        }
-        for (key, b) in interval {
-            self.add_histogram(state, family, key, b);
-        }
-    }
-
-    fn add_histogram(&self, state: &mut State, family: Histogram, key: Key, b: Buckets) {
-        let (spec, family) = (&HISTOGRAMS[family as usize], family as usize);
-        let series = &mut state.histograms[family];
-        let key = if series.contains_key(&key) {
-            key
-        } else {
-            self.folded(spec, series, key, self.histogram_limit())
-        };
-        if let Some(waiting) = state.deferred_histograms[family].get_mut(&key) {
-            merge(waiting, &b);
-            return;
-        }
-        match series.get_mut(&key) {
-            Some(existing) => merge(existing, &b),
-            None => {
-                let width = b.counts.len();
-                series.insert(
-                    key.clone(),
-                    Buckets {
-                        counts: vec![0.0; width],
-                        sum: 0.0,
-                    },
-                );
-                state.deferred_histograms[family].insert(key, b);
-            }
-        }
-    }
-
-    /// Replace the gauges with the figures of a window's report (unless they already hold
-    /// them: an idle window's reused report).
-    pub fn set_window(&self, report: &Report) {
-        if report.figures.is_some() && self.lock().gauges_of == report.figures {
-            return;
-        }
-        let mut gauges: Vec<Bounded> = GAUGES.iter().map(|_| Bounded::new(self.limit)).collect();
-        let mut set = |family: Gauge, labels: &[&str], v: Option<f64>| {
-            gauges[family as usize].set(labels, v);
-        };
-        let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1e3);
-        for e in &report.edges {
-            let edge = [e.caller.as_str(), &e.callee, &e.operation];
-            set(Gauge::EffectiveSuccess, &edge, e.effective_success_rate);
-            set(Gauge::RawSuccess, &edge, e.raw_success_rate);
-            set(Gauge::RetryContribution, &edge, e.retry_contribution);
-            set(Gauge::RetrySuccess, &edge, e.retry_success_rate);
-            set(Gauge::RetryRatio, &edge, e.retry_ratio);
-            set(Gauge::SynchronisedRetries, &edge, e.synchronised_retries);
-            set(Gauge::Timeout, &edge, seconds(e.timeout_ms));
-            set(
-                Gauge::RecommendedTimeout,
-                &edge,
-                seconds(e.recommended_timeout_ms),
-            );
-            set(Gauge::CalleeP999, &edge, seconds(e.callee_p999_ms));
-        }
-        // One series per pair, each operation's edge giving it: the last that has it.
-        let mut pairs = std::collections::HashSet::new();
-        for e in report.edges.iter().rev() {
-            let skew = seconds(e.clock_skew_ms).filter(|v| v.is_finite());
-            if skew.is_some() && pairs.insert((e.caller.as_str(), e.callee.as_str())) {
-                set(Gauge::ClockSkew, &[&e.caller, &e.callee], skew);
-            }
-        }
-        for l in &report.layers {
-            let service = [l.service.as_str()];
-            set(Gauge::Amplification, &service, l.amplification);
-            set(Gauge::LayerP99, &service, seconds(l.p99_ms));
-            set(Gauge::LayerP999, &service, seconds(l.p999_ms));
-            set(Gauge::TailRatio, &service, l.tail_ratio);
-        }
-        for c in &report.coverage.edges {
-            for (field, share) in c.shares.named() {
-                let labels = [c.caller.as_str(), &c.callee, &c.operation, field];
-                set(Gauge::Coverage, &labels, share);
-            }
-        }
-        for e in &report.entries {
-            let labels = [e.service.as_str(), &e.operation];
-            set(Gauge::StormPotential, &labels, Some(e.storm_potential));
-        }
-        let gauges = GAUGES
-            .iter()
-            .zip(gauges)
-            .map(|(spec, family)| {
-                self.metrics
-                    .dropped_gauges
-                    .with_label_values(&[spec.name])
-                    .set(i64::try_from(family.dropped).unwrap_or(i64::MAX));
-                Family {
-                    series: family.series,
-                }
-            })
-            .collect();
-        let mut state = self.lock();
-        state.gauges = gauges;
-        state.gauges_of = report.figures;
-    }
-
     fn families(&self) -> Vec<MetricFamily> {
         let state = self.lock();
         let mut out = Vec::new();
@@ -552,39 +422,8 @@ impl FigureMetrics {
             };
             out.push(family);
         }
-        for (spec, family) in HISTOGRAMS.iter().zip(&state.histograms) {
-            let mut histograms = new_family(spec, MetricType::HISTOGRAM);
-            for (key, b) in family {
-                let mut cumulative = 0.0;
-                let mut buckets = Vec::with_capacity(self.bounds.len());
-                for (bound, n) in self.bounds.iter().zip(&b.counts) {
-                    cumulative += n;
-                    let mut bucket = proto::Bucket::default();
-                    bucket.set_upper_bound(*bound);
-                    bucket.set_cumulative_count(cumulative.round() as u64);
-                    buckets.push(bucket);
-                }
-                let mut h = proto::Histogram::default();
-                h.set_bucket(buckets);
-                h.set_sample_count(b.counts.iter().sum::<f64>().round() as u64);
-                h.set_sample_sum(b.sum);
-                let mut m = proto::Metric::default();
-                m.set_histogram(h);
-                m.set_label(label_pairs(spec.labels, key));
-                histograms.mut_metric().push(m);
-            }
-            out.push(histograms);
-        }
-        for (spec, family) in GAUGES.iter().zip(&state.gauges) {
-            let series = family.series.iter().map(|(k, v)| (k, *v));
-            out.push(family_of(spec, MetricType::GAUGE, series, |v| {
-                let mut g = proto::Gauge::default();
-                g.set_value(v);
-                let mut m = proto::Metric::default();
-                m.set_gauge(g);
-                m
-            }));
-        }
+        out.extend(self.histogram_families(&state));
+        out.extend(gauge_families(&state));
         out
     }
 }
@@ -620,48 +459,6 @@ impl Collector for SharedCollector {
     }
 }
 
-/// A gauge family filled from a report: the first `limit` series in label order (those a
-/// sorted family cut at the limit keeps), the others counted; no key is built for a series
-/// past the limit, so a wide window costs its edges, not a key per edge and gauge.
-struct Bounded {
-    series: BTreeMap<Key, f64>,
-    limit: usize,
-    /// Series left out (each distinct set of labels once: the callers set each once).
-    dropped: usize,
-}
-
-impl Bounded {
-    fn new(limit: usize) -> Bounded {
-        Bounded {
-            series: BTreeMap::new(),
-            limit,
-            dropped: 0,
-        }
-    }
-
-    /// Set the series `labels` to `v`, unless `v` is null or not finite (no series).
-    fn set(&mut self, labels: &[&str], v: Option<f64>) {
-        let Some(v) = v.filter(|v| v.is_finite()) else {
-            return;
-        };
-        if self.series.len() >= self.limit {
-            let past = self.series.last_key_value().is_some_and(|(last, _)| {
-                labels.iter().copied().cmp(last.iter().map(String::as_str))
-                    == std::cmp::Ordering::Greater
-            });
-            if past {
-                self.dropped += 1;
-                return;
-            }
-        }
-        let key: Key = labels.iter().map(|l| (*l).to_owned()).collect();
-        if self.series.insert(key, v).is_none() && self.series.len() > self.limit {
-            self.series.pop_last();
-            self.dropped += 1;
-        }
-    }
-}
-
 enum Folded {
     No(Key),
     Yes(Key),
@@ -692,16 +489,6 @@ fn fold<V>(spec: &Spec, series: &BTreeMap<Key, V>, labels: Key, limit: usize) ->
         }
     }
     Folded::Yes(replace(&labels, &IDENTITY))
-}
-
-fn merge(into: &mut Buckets, from: &Buckets) {
-    if into.counts.len() < from.counts.len() {
-        into.counts.resize(from.counts.len(), 0.0);
-    }
-    for (a, b) in into.counts.iter_mut().zip(&from.counts) {
-        *a += b;
-    }
-    into.sum += from.sum;
 }
 
 fn new_family(spec: &Spec, kind: MetricType) -> MetricFamily {

@@ -1,3 +1,4 @@
+use super::gauges::Bounded;
 use super::*;
 
 fn key(values: &[&str]) -> Key {
