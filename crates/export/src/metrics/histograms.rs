@@ -17,6 +17,16 @@ pub(super) struct Buckets {
     pub(super) sum: f64,
 }
 
+impl Buckets {
+    /// `width` empty buckets (the bounds and +Inf).
+    fn zero(width: usize) -> Buckets {
+        Buckets {
+            counts: vec![0.0; width],
+            sum: 0.0,
+        }
+    }
+}
+
 impl FigureMetrics {
     /// Keys a histogram family may hold: each exposes a series per bucket, `_sum` and
     /// `_count`, and together they stay within the limit (at least one key).
@@ -34,10 +44,7 @@ impl FigureMetrics {
         let width = self.bounds.len() + 1;
         let mut interval: BTreeMap<Key, Buckets> = BTreeMap::new();
         for (key, le, n, seconds) in rows {
-            let b = interval.entry(key).or_insert_with(|| Buckets {
-                counts: vec![0.0; width],
-                sum: 0.0,
-            });
+            let b = interval.entry(key).or_insert_with(|| Buckets::zero(width));
             b.counts[usize::try_from(le).unwrap_or(0).min(width - 1)] += n;
             b.sum += seconds;
         }
@@ -63,14 +70,7 @@ impl FigureMetrics {
         match series.get_mut(&key) {
             Some(existing) => merge(existing, &b),
             None => {
-                let width = b.counts.len();
-                series.insert(
-                    key.clone(),
-                    Buckets {
-                        counts: vec![0.0; width],
-                        sum: 0.0,
-                    },
-                );
+                series.insert(key.clone(), Buckets::zero(b.counts.len()));
                 state.deferred_histograms[family].insert(key, b);
             }
         }
