@@ -89,9 +89,19 @@ impl Server {
         total(&self.metrics(), name, labels)
     }
 
-    /// Poll until `check` holds (bounded: 20 s), returning its last value.
-    pub fn wait_until(&self, what: &str, mut check: impl FnMut(&Server) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+    /// Poll until `check` holds (bounded: 20 s).
+    pub fn wait_until(&self, what: &str, check: impl FnMut(&Server) -> bool) {
+        self.wait_until_within(what, Duration::from_secs(20), check)
+    }
+
+    /// Poll until `check` holds, for at most `bound`.
+    pub fn wait_until_within(
+        &self,
+        what: &str,
+        bound: Duration,
+        mut check: impl FnMut(&Server) -> bool,
+    ) {
+        let deadline = Instant::now() + bound;
         while !check(self) {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(50));
