@@ -512,6 +512,58 @@ fn a_report_let_go_answers_503_until_the_next_is_built() {
     });
 }
 
+/// A window's report that fails to build (every build here, as a query out of its memory
+/// pool fails) loses none of its intervals' counts: the counters equal those of a
+/// collector whose builds succeed, the failures are counted and /healthz names them, and
+/// /api/v1/report answers 503 with `Retry-After`.
+#[test]
+#[cfg_attr(
+    not(feature = "test-faults"),
+    ignore = "injects faults: needs --features stormglass/test-faults, as tests/run.sh builds"
+)]
+fn a_failed_report_build_still_counts_its_interval() {
+    let settings = [
+        ("RUST_LOG", "warn"),
+        ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),
+        ("STORMGLASS_ANALYTICS__INTERVAL", "500ms"),
+    ];
+    let control = Server::start(&settings);
+    let mut failing = settings.to_vec();
+    failing.push(("STORMGLASS_TEST_FAULTS", "report_failures=1000000"));
+    let failing = Server::start(&failing);
+    let mut spans = stormglass_testkit::fixtures::Spans::default();
+    for trace in 1..=3 {
+        stormglass_testkit::fixtures::storm(&mut spans, trace);
+    }
+    common::post_traces(&control, &spans);
+    common::post_traces(&failing, &spans);
+    let counters = [
+        "stormglass_logical_calls_total",
+        "stormglass_attempts_total",
+    ];
+    let counted = |s: &Server| counters.map(|name| s.metric(name, &[]));
+    control.wait_until("the control's counters", |s| {
+        accounted(s) && counted(s).iter().all(|n| *n > 0.0)
+    });
+    let expected = counted(&control);
+    failing.wait_until("the same counters without a report", |s| {
+        counted(s) == expected
+    });
+    assert!(failing.metric("stormglass_analysis_failures_total", &[]) >= 1.0);
+    assert_eq!(
+        failing.metric("stormglass_analysis_report_builds_total", &[]),
+        0.0
+    );
+    let healthz = format!("http://{}/healthz", failing.api);
+    failing.wait_until("/healthz naming the failed build", |_| {
+        let (status, body) = get(&healthz);
+        status == 503 && body.contains("injected report failure")
+    });
+    let response = reqwest::blocking::get(format!("http://{}/api/v1/report", failing.api)).unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+}
+
 /// shutdown.timeout holds whatever the analysis is doing: with every chunk made to take 120 s,
 /// SIGTERM still ends the process soon after the 1 s timeout (logged, the spans left
 /// unanalysed counted), not once the analysis finishes.

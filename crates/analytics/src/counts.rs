@@ -260,10 +260,9 @@ fn deadline_violations(rows: Vec<FindingCount>) -> Vec<DeadlineViolations> {
 /// `callee_median_ms` in `report`, per edge: retry_budgets.sql's rule (the remaining
 /// budget's bucket lies below the median's), for one interval's rows against a window's
 /// median. Edges without a median count none.
-fn out_of_budget(rows: &[RetryBudgetBuckets], report: &Report) -> Vec<OutOfBudget> {
-    let medians: BTreeMap<(&str, &str, &str), i64> = report
-        .edges
-        .iter()
+fn out_of_budget(rows: &[RetryBudgetBuckets], report: Option<&Report>) -> Vec<OutOfBudget> {
+    let medians: BTreeMap<(&str, &str, &str), i64> = (report.iter())
+        .flat_map(|r| &r.edges)
         .filter_map(|e| {
             let median = e.callee_median_ms?;
             let edge = (e.caller.as_str(), e.callee.as_str(), e.operation.as_str());
@@ -368,8 +367,9 @@ pub struct IntervalCounts {
 
 impl Partials {
     /// This interval's counts, typed, with what depends on the window set against
-    /// `report`, the window's report once this interval joined it.
-    pub(crate) fn counts(&self, report: &Report) -> IntervalCounts {
+    /// `report`: the window's report once this interval joined it, or where that failed to
+    /// build, the last one built (none: no retry is out of budget).
+    pub(crate) fn counts(&self, report: Option<&Report>) -> IntervalCounts {
         IntervalCounts {
             calls: CallCount::read(self),
             attempts: AttemptCount::read(self),

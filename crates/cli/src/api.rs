@@ -186,14 +186,16 @@ async fn report(
     }
 }
 
-/// 503 + `Retry-After`: the last report was let go so that the next one's build stays
-/// within `limits.memory` (a wide window under memory pressure), and it is being built.
+/// 503 + `Retry-After`: no report to answer with, while the next is built: the last was
+/// let go so that the build stays within `limits.memory` (a wide window under memory
+/// pressure), or none has been built yet, or the last build failed (/healthz says).
 fn rebuilding() -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [(header::RETRY_AFTER, "1")],
-        "the window's report is being rebuilt (the last one was let go to stay within \
-         limits.memory); retry shortly\n",
+        "the window's report is being built (the last one was let go to stay within \
+         limits.memory, or its build failed: /healthz names a failing analysis); retry \
+         shortly\n",
     )
         .into_response()
 }

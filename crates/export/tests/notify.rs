@@ -108,7 +108,8 @@ fn counts() -> IntervalCounts {
 }
 
 /// Pending for `for: 2m`, then firing to Alertmanager and the webhook; re-sent after the
-/// resend interval, not before; resolved once when the condition stops holding.
+/// resend interval, not before; unchanged by an interval whose report failed to build;
+/// resolved once when the condition stops holding.
 #[tokio::test]
 async fn for_resend_and_resolve() {
     let (url, received) = receiver().await;
@@ -125,15 +126,15 @@ async fn for_resend_and_resolve() {
     let at = |s: u64| t0 + Duration::from_secs(s);
     let storm = report_with(vec![amplification(27.0)]);
 
-    evaluator.interval(&counts(), &storm, at(0));
-    evaluator.interval(&counts(), &storm, at(110));
+    evaluator.interval(&counts(), Some(&storm), at(0));
+    evaluator.interval(&counts(), Some(&storm), at(110));
     let listed = evaluator.alerts();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, "pending");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(received.lock().unwrap().is_empty(), "sent before for: 2m");
 
-    evaluator.interval(&counts(), &storm, at(120));
+    evaluator.interval(&counts(), Some(&storm), at(120));
     assert_eq!(evaluator.alerts()[0].state, "firing");
     let mut sent = take(&received, 2).await;
     sent.sort_by(|a, b| a.0.cmp(&b.0));
@@ -164,15 +165,22 @@ async fn for_resend_and_resolve() {
     assert_eq!(hook["alerts"][0]["value"], 27.0);
 
     // Still firing 30 s later: not re-sent yet; 60 s after the last send: re-sent.
-    evaluator.interval(&counts(), &storm, at(150));
+    evaluator.interval(&counts(), Some(&storm), at(150));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(received.lock().unwrap().is_empty(), "re-sent too early");
-    evaluator.interval(&counts(), &storm, at(180));
+    evaluator.interval(&counts(), Some(&storm), at(180));
     take(&received, 2).await;
+    evaluator.interval(&counts(), None, at(185));
+    assert_eq!(evaluator.alerts()[0].state, "firing");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        received.lock().unwrap().is_empty(),
+        "nothing sent without a report"
+    );
 
     // The condition stops holding: resolved once, with endsAt = now, then nothing.
     let calm = report_with(Vec::new());
-    evaluator.interval(&counts(), &calm, at(190));
+    evaluator.interval(&counts(), Some(&calm), at(190));
     let sent = take(&received, 2).await;
     let (_, body) = sent.iter().find(|(p, _)| p == "/api/v2/alerts").unwrap();
     let ends: SystemTime = humantime::parse_rfc3339(body[0]["endsAt"].as_str().unwrap()).unwrap();
@@ -183,7 +191,7 @@ async fn for_resend_and_resolve() {
     let (_, hook) = sent.iter().find(|(p, _)| p == "/hook").unwrap();
     assert_eq!(hook["status"], "resolved");
     assert!(evaluator.alerts().is_empty());
-    evaluator.interval(&counts(), &calm, at(300));
+    evaluator.interval(&counts(), Some(&calm), at(300));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(received.lock().unwrap().is_empty());
 }
@@ -200,10 +208,10 @@ async fn short_blips_and_dead_receivers() {
     };
     let evaluator = evaluator_in(&registry, config);
     let t0 = SystemTime::now();
-    evaluator.interval(&counts(), &report_with(vec![amplification(3.0)]), t0);
+    evaluator.interval(&counts(), Some(&report_with(vec![amplification(3.0)])), t0);
     evaluator.interval(
         &counts(),
-        &report_with(Vec::new()),
+        Some(&report_with(Vec::new())),
         t0 + Duration::from_secs(60),
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -222,8 +230,8 @@ async fn short_blips_and_dead_receivers() {
         detail: None,
     };
     let report = report_with(vec![unsafe_retry]);
-    evaluator.interval(&counts(), &report, t0 + Duration::from_secs(100));
-    evaluator.interval(&counts(), &report, t0 + Duration::from_secs(160));
+    evaluator.interval(&counts(), Some(&report), t0 + Duration::from_secs(100));
+    evaluator.interval(&counts(), Some(&report), t0 + Duration::from_secs(160));
     take(&received, 1).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while notifications(&registry, "failed") < 1.0 {
@@ -244,8 +252,16 @@ async fn shutdown_resolves_firing_alerts() {
     let evaluator = evaluator(config);
     let t0 = SystemTime::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
-    evaluator.interval(&counts(), &report_with(vec![amplification(27.0)]), at(0));
-    evaluator.interval(&counts(), &report_with(vec![amplification(27.0)]), at(120));
+    evaluator.interval(
+        &counts(),
+        Some(&report_with(vec![amplification(27.0)])),
+        at(0),
+    );
+    evaluator.interval(
+        &counts(),
+        Some(&report_with(vec![amplification(27.0)])),
+        at(120),
+    );
     take(&received, 1).await;
     evaluator.shutdown(at(130));
     evaluator.finish_sending().await;
@@ -328,8 +344,8 @@ async fn https_receivers_with_auth_and_retries() {
         let evaluator = evaluator_in(&registry, config);
         let t0 = SystemTime::now();
         let report = report_with(vec![amplification(3.0)]);
-        evaluator.interval(&counts(), &report, t0);
-        evaluator.interval(&counts(), &report, t0 + Duration::from_secs(130));
+        evaluator.interval(&counts(), Some(&report), t0);
+        evaluator.interval(&counts(), Some(&report), t0 + Duration::from_secs(130));
         (registry, evaluator)
     };
     let base = NotifyConfig {

@@ -1,4 +1,4 @@
-//! Faults the live-path tests inject (a panicking or slow analysis).
+//! Faults the live-path tests inject (a panicking, slow or failing analysis).
 
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
@@ -14,10 +14,13 @@ pub struct Faults {
     /// Let the latest report go before every new build, and build for at least this long
     /// (what a wide window under memory pressure does, made visible).
     pub report_released: Option<Duration>,
+    /// Fail this many report builds, as a query out of its memory pool fails.
+    pub report_failures: AtomicUsize,
 }
 
 impl Faults {
-    /// Parse `analysis_panics=N,analysis_delay=DURATION,report_released=DURATION`.
+    /// Parse `analysis_panics=N,analysis_delay=DURATION,report_released=DURATION,
+    /// report_failures=N`.
     pub fn parse(text: &str) -> Result<Faults, String> {
         let mut faults = Faults::default();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -37,6 +40,10 @@ impl Faults {
                     faults.report_released = Some(
                         humantime::parse_duration(value).map_err(|e| format!("{item:?}: {e}"))?,
                     );
+                }
+                "report_failures" => {
+                    let n = value.parse().map_err(|e| format!("{item:?}: {e}"))?;
+                    faults.report_failures = AtomicUsize::new(n);
                 }
                 other => return Err(format!("unknown fault {other:?}")),
             }

@@ -56,8 +56,9 @@ use crate::report::{Finding, Report, ReportConfig};
 /// slow work (network) belongs in a spawned task.
 pub trait IntervalObserver: Send + Sync {
     /// One interval analysed: what it adds to the counters (`counts`, complete) and the
-    /// window's report with it.
-    fn interval(&self, counts: &IntervalCounts, report: &Arc<Report>, now: SystemTime);
+    /// window's report with it; `None` when that report failed to build (the window's
+    /// figures stay as last published, the counts are whole all the same).
+    fn interval(&self, counts: &IntervalCounts, report: Option<&Arc<Report>>, now: SystemTime);
 
     /// Called once after the last interval at shutdown: publish what would otherwise wait
     /// for an interval that never comes.
@@ -89,7 +90,7 @@ pub struct LiveAnalysis {
     /// Late SERVER spans since the last interval (their durations only are analysed).
     late_servers: Mutex<Vec<(RecordBatch, Reservation)>>,
     /// The latest report; `None` while the next is built after this one was let go to
-    /// stay within `limits.memory` (see `rebuild_report`).
+    /// stay within `limits.memory` (see `rebuild_report`) or after a build failed.
     latest: RwLock<Option<Arc<Report>>>,
     /// The window the latest report was built from, and its findings before they were
     /// bounded: a window that holds the same data reuses that report (see `rebuild_report`).
@@ -248,18 +249,26 @@ impl LiveAnalysis {
         self.merge_chunks(&mut partials).await;
         let partials = Arc::new(partials.compact_for_window());
         self.add_to_window(start, now, partials.clone(), learned, now);
-        let report = self.rebuild_report().await?;
+        let built = self.rebuild_report().await;
+        // The interval's counts are its partials': a failed build loses none of them. Its
+        // out-of-budget retries are then judged by the last report's medians; that report,
+        // stale, is let go after (the API answers 503 until a build succeeds).
+        let judged = built.as_ref().ok().cloned().or_else(|| self.report());
+        if built.is_err() {
+            *self.latest.write().unwrap_or_else(|p| p.into_inner()) = None;
+        }
         if !self.observers.is_empty() {
             let counted = Instant::now();
-            let counts = partials.counts(&report);
+            let counts = partials.counts(judged.as_deref());
             crate::table::timed("interval counts", counted);
             let _inside = self.runtime.as_ref().map(|r| r.enter());
             for observer in &self.observers {
                 let observed = Instant::now();
-                observer.interval(&counts, &report, now);
+                observer.interval(&counts, built.as_ref().ok(), now);
                 crate::table::timed("observer", observed);
             }
         }
+        let report = built?;
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());

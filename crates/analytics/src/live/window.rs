@@ -1,6 +1,7 @@
 //! The window: intervals joining and leaving it, and its report rebuilt from them.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use stormglass_runtime::Reservation;
@@ -109,6 +110,16 @@ impl LiveAnalysis {
             self.release_if_crowded();
             if let Some(at_least) = self.faults.report_released {
                 tokio::time::sleep(at_least).await;
+            }
+            if (self.faults.report_failures)
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                let injected = "injected report failure (STORMGLASS_TEST_FAULTS)";
+                return Err(AnalysisError::query(
+                    "report",
+                    datafusion::error::DataFusionError::ResourcesExhausted(injected.into()),
+                ));
             }
             let mut report = Report::build(&self.engine, &window, bounds).await?;
             self.metrics.builds.inc();

@@ -429,9 +429,11 @@ impl FigureMetrics {
 }
 
 impl IntervalObserver for FigureMetrics {
-    fn interval(&self, counts: &IntervalCounts, report: &Arc<Report>, _now: SystemTime) {
+    fn interval(&self, counts: &IntervalCounts, report: Option<&Arc<Report>>, _now: SystemTime) {
         self.add_interval(counts);
-        self.set_window(report);
+        if let Some(report) = report {
+            self.set_window(report);
+        }
     }
 
     /// The last interval's increments of new series were deferred to the next one, which

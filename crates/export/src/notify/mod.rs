@@ -504,9 +504,13 @@ impl AlertEvaluator {
 }
 
 impl IntervalObserver for AlertEvaluator {
-    fn interval(&self, _counts: &IntervalCounts, report: &Arc<Report>, now: SystemTime) {
-        let due = self.evaluate(report, now);
-        self.send(due);
+    /// Without a report (its build failed) the alerts stay as they are: not resolved for
+    /// want of a figure, nor re-sent.
+    fn interval(&self, _counts: &IntervalCounts, report: Option<&Arc<Report>>, now: SystemTime) {
+        if let Some(report) = report {
+            let due = self.evaluate(report, now);
+            self.send(due);
+        }
     }
 
     fn shutdown(&self, now: SystemTime) {
