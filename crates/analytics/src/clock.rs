@@ -25,13 +25,13 @@
 //! applies it to the callee's subtree before every cross-host time comparison (orphans,
 //! orphan work, deadlines); the report shows `clock_skew_ms = -offset` per edge.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, Float64Array};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
+use stormglass_model::hash::KeyedMap;
 
 /// The offsets consistent with one service pair's completed calls (milliseconds, added to
 /// the callee's times), and how many calls gave them.
@@ -53,8 +53,9 @@ impl Bound {
     }
 }
 
-/// Bounds per (caller service, callee service).
-pub type ClockBounds = HashMap<(String, String), Bound>;
+/// Bounds per (caller service, callee service), with the keyed hash (at width a file's
+/// are ~160,000 pairs, gathered from every chunk).
+pub type ClockBounds = KeyedMap<(String, String), Bound>;
 
 /// Add `bound` for `pair` to `bounds`, intersecting with what is there.
 pub fn add(bounds: &mut ClockBounds, pair: (String, String), bound: Bound) {

@@ -178,7 +178,7 @@ impl Node {
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
     lineage_in_window(
         spans,
-        &ClockBounds::new(),
+        &ClockBounds::default(),
         1.0,
         RetryRules::default(),
         Detail::Query,

@@ -112,7 +112,7 @@ pub(super) fn clock_offsets<'a>(
     spans: &'a RecordBatch,
     kinds: &[Kind],
     parent_rows: &[Option<usize>],
-    prior: &'a ClockBounds,
+    prior: &ClockBounds,
     tolerance_ms: f64,
 ) -> (RecordBatch, BorrowedOffsets<'a>) {
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
@@ -138,26 +138,27 @@ pub(super) fn clock_offsets<'a>(
         Ok(batch) => batch,
         Err(e) => unreachable!("clock pair columns follow CLOCK_PAIRS_SCHEMA: {e}"),
     };
-    // Keyed by the names the window and the chunk hold: no copy of the window's pairs
-    // (~160,000 at width) per chunk.
-    let mut bounds: BorrowedBounds =
-        HashMap::with_capacity_and_hasher(prior.len() + chunk.len(), KeyedHash::default());
-    for ((caller, callee), bound) in prior {
-        bounds.insert((caller.as_str(), callee.as_str()), *bound);
+    // Only the pairs the chunk's SERVER spans are called over (what the lineage asks),
+    // keyed by the chunk's names: each chunk going over the window's every pair (~160,000
+    // at width) cost more than its own spans did.
+    let mut offsets = BorrowedOffsets::default();
+    for (row, parent) in parent_rows.iter().enumerate() {
+        let Some(p) = *parent else { continue };
+        let pair = (service.value(p), service.value(row));
+        if kinds[row] != Kind::Server || pair.0 == pair.1 || offsets.contains_key(&pair) {
+            continue;
+        }
+        let known = prior.get(&(pair.0.to_owned(), pair.1.to_owned()));
+        let bound = match (known, chunk.get(&pair)) {
+            (Some(window), Some(own)) => Some(window.merge(*own)),
+            (window, own) => window.or(own).copied(),
+        };
+        let ns = bound.map_or(0, |b| {
+            (clock::offset_ms(b.low_ms, b.high_ms, tolerance_ms) * 1e6).round() as i64
+        });
+        offsets.insert(pair, ns);
     }
-    for (pair, bound) in chunk {
-        bounds
-            .entry(pair)
-            .and_modify(|b| *b = b.merge(bound))
-            .or_insert(bound);
-    }
-    let offsets = bounds
-        .into_iter()
-        .filter_map(|(pair, b)| {
-            let ns = (clock::offset_ms(b.low_ms, b.high_ms, tolerance_ms) * 1e6).round() as i64;
-            (ns != 0).then_some((pair, ns))
-        })
-        .collect();
+    offsets.retain(|_, ns| *ns != 0);
     (pairs, offsets)
 }
 

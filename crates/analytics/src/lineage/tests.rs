@@ -120,7 +120,7 @@ fn hints_resolve_to_their_most_frequent_server_service() {
         attempts, edges, ..
     } = lineage_in_window(
         &batch,
-        &ClockBounds::new(),
+        &ClockBounds::default(),
         1.0,
         RetryRules::default(),
         Detail::Query,
