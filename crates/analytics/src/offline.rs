@@ -22,9 +22,10 @@ use arrow::array::{AsArray, RecordBatch, UInt32Array};
 
 use stormglass_model::{SPANS_SCHEMA, schema as col};
 
+use crate::clock::{self, ClockBounds};
 use crate::engine::{AnalysisError, Engine, Params, Partials, WindowContext, timed};
 use crate::parallel::{AT_ONCE, parallel_map};
-use crate::{clock, files, lineage};
+use crate::{files, lineage};
 
 /// Spans per chunk of a file: large enough that each query's fixed cost (a few ms per
 /// chunk) is small next to its work, small enough that a chunk's tables stay in memory the
@@ -70,19 +71,20 @@ pub async fn analyse(
         let bounds = lineage::clock_bounds(&chunk);
         (chunk, duplicates, bounds)
     });
-    let mut context = WindowContext {
-        servers,
-        ..WindowContext::default()
-    };
+    let mut clocks = ClockBounds::default();
     let mut duplicates = 0;
     let mut chunks = Vec::with_capacity(prepared.len());
     for (chunk, dropped, bounds) in prepared {
         for (pair, bound) in bounds {
-            clock::add(&mut context.clocks, pair, bound);
+            clock::add(&mut clocks, pair, bound);
         }
         duplicates += dropped;
         chunks.push(chunk);
     }
+    let context = WindowContext {
+        servers,
+        clocks: vec![std::sync::Arc::new(clocks)],
+    };
     timed("chunks", started);
     // Shared by every chunk's task, not copied into each: at width its clock bounds are
     // ~160,000 service pairs.

@@ -57,12 +57,15 @@ impl Default for Params {
 
 /// What one chunk of a live window needs from the window's earlier chunks: the services
 /// that sent SERVER spans (a callee is instrumented or not for the whole window) and the
-/// clock bounds found so far (skew is estimated over the window). Offline, a file's chunks
-/// get the whole file's servers and clock bounds ([`crate::offline`]); one batch, none.
+/// clock bounds found so far (skew is estimated over the window), as parts to intersect:
+/// live, the window's intervals' and the filling interval's chunks' (shared, not merged
+/// anew for every chunk: at width each part holds up to ~160,000 service pairs). Offline,
+/// a file's chunks get the whole file's servers and clock bounds ([`crate::offline`]); one
+/// batch, none.
 #[derive(Clone, Debug, Default)]
 pub struct WindowContext {
     pub servers: Vec<String>,
-    pub clocks: ClockBounds,
+    pub clocks: Vec<Arc<ClockBounds>>,
 }
 
 impl Params {

@@ -115,6 +115,8 @@ pub(crate) use rows::{TraceGroups, repeated_rows};
 pub use schema::*;
 pub use skew::clock_bounds;
 
+use std::sync::Arc;
+
 use calls::{Shape, hint_servers, logical_calls};
 use columns::{Links, build};
 use rows::{Kind, column, kinds, parent_rows};
@@ -176,14 +178,7 @@ impl Node {
 /// Compute the lineage of every span of `spans` (one batch of [`stormglass_model::SPANS_SCHEMA`])
 /// on its own, with the default clock tolerance and loop inference.
 pub fn lineage(spans: &RecordBatch) -> RecordBatch {
-    lineage_in_window(
-        spans,
-        &ClockBounds::default(),
-        1.0,
-        RetryRules::default(),
-        Detail::Query,
-    )
-    .batch
+    lineage_in_window(spans, &[], 1.0, RetryRules::default(), Detail::Query).batch
 }
 
 /// How attempts that carry no number are read (`retries.*`).
@@ -211,12 +206,12 @@ impl Default for RetryRules {
     }
 }
 
-/// Compute the lineage of one chunk of a window whose earlier chunks gave `prior` clock
-/// bounds; clocks agreeing within `tolerance_ms` are not corrected; `rules` say how
+/// Compute the lineage of one chunk of a window whose earlier chunks gave the clock bounds
+/// `prior` (parts, intersected); clocks agreeing within `tolerance_ms` are not corrected; `rules` say how
 /// unnumbered attempts join calls (see the module docs). `lineage` has `detail`'s columns.
 pub fn lineage_in_window(
     spans: &RecordBatch,
-    prior: &ClockBounds,
+    prior: &[Arc<ClockBounds>],
     tolerance_ms: f64,
     rules: RetryRules,
     detail: Detail,

@@ -107,12 +107,12 @@ pub(super) fn own_bounds<'a>(
 }
 
 /// The chunk's clock pairs, and the offset (ns) to add to each service pair's callee times:
-/// the chunk's bounds intersected with `prior`'s (see [`crate::clock`]).
+/// the chunk's bounds intersected with those of each part of `prior` (see [`crate::clock`]).
 pub(super) fn clock_offsets<'a>(
     spans: &'a RecordBatch,
     kinds: &[Kind],
     parent_rows: &[Option<usize>],
-    prior: &ClockBounds,
+    prior: &[Arc<ClockBounds>],
     tolerance_ms: f64,
 ) -> (RecordBatch, BorrowedOffsets<'a>) {
     let service = column(spans, col::SERVICE_NAME).as_string::<i32>();
@@ -148,11 +148,11 @@ pub(super) fn clock_offsets<'a>(
         if kinds[row] != Kind::Server || pair.0 == pair.1 || offsets.contains_key(&pair) {
             continue;
         }
-        let known = prior.get(&(pair.0.to_owned(), pair.1.to_owned()));
-        let bound = match (known, chunk.get(&pair)) {
-            (Some(window), Some(own)) => Some(window.merge(*own)),
-            (window, own) => window.or(own).copied(),
-        };
+        let owned = (pair.0.to_owned(), pair.1.to_owned());
+        let bound = (prior.iter().filter_map(|part| part.get(&owned)))
+            .chain(chunk.get(&pair))
+            .copied()
+            .reduce(Bound::merge);
         let ns = bound.map_or(0, |b| {
             (clock::offset_ms(b.low_ms, b.high_ms, tolerance_ms) * 1e6).round() as i64
         });

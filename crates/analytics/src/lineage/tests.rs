@@ -118,13 +118,7 @@ fn hints_resolve_to_their_most_frequent_server_service() {
     );
     let Lineage {
         attempts, edges, ..
-    } = lineage_in_window(
-        &batch,
-        &ClockBounds::default(),
-        1.0,
-        RetryRules::default(),
-        Detail::Query,
-    );
+    } = lineage_in_window(&batch, &[], 1.0, RetryRules::default(), Detail::Query);
     let ids = attempts
         .column_by_name(col::SPAN_ID)
         .unwrap()

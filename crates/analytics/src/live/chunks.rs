@@ -45,6 +45,7 @@ impl LiveAnalysis {
         let (batch, reservation, spans, taken) = self.take_chunk(all)?;
         let started = Instant::now();
         let window = self.window_context().await;
+        crate::table::timed("window context", started);
         let seen = server_services(&batch);
         let engine = self.engine.clone();
         let faults = self.faults.clone();

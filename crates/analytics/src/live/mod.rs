@@ -46,6 +46,7 @@ use chunks::{FillingInterval, Queue};
 use window::{Interval, Learned, WindowKey};
 
 use crate::alerts::AlertThresholds;
+use crate::clock::ClockBounds;
 use crate::counts::IntervalCounts;
 use crate::engine::{AnalysisError, Engine, Partials};
 use crate::report::{Finding, Report, ReportConfig};
@@ -87,6 +88,8 @@ pub struct LiveAnalysis {
     /// Services that sent SERVER spans, with when they were last seen (window membership).
     servers: Mutex<BTreeMap<String, SystemTime>>,
     window: Mutex<VecDeque<Interval>>,
+    /// The clock bounds of the window's intervals, intersected (see `add_to_window`).
+    window_clocks: Mutex<Arc<ClockBounds>>,
     /// Late SERVER spans since the last interval (their durations only are analysed).
     late_servers: Mutex<Vec<(RecordBatch, Reservation)>>,
     /// The latest report; `None` while the next is built after this one was let go to
@@ -157,6 +160,7 @@ impl LiveAnalysis {
             }),
             servers: Mutex::new(BTreeMap::new()),
             window: Mutex::new(VecDeque::new()),
+            window_clocks: Mutex::default(),
             late_servers: Mutex::new(Vec::new()),
             latest: RwLock::new(Some(Arc::new(Report::default()))),
             built: Mutex::new(None),

@@ -65,7 +65,7 @@ impl LiveAnalysis {
                     }
                 }
                 let mut context = self.window_context().await;
-                learned.merge_into(&mut context);
+                context.clocks.push(learned.clocks.clone());
                 let partials = self.engine.analyse_in_window(chunk, &context).await?;
                 learned.add(&partials);
                 chunks.push(partials.compact());

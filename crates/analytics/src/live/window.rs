@@ -21,20 +21,21 @@ pub(super) struct Interval {
 }
 
 /// What later chunks of the window need from a chunk's partials (its clock bounds), read
-/// once when the chunk is analysed rather than again for every chunk after.
+/// once when the chunk is analysed rather than again for every chunk after; shared with
+/// the chunks analysed meanwhile, not copied.
 #[derive(Default)]
 pub(super) struct Learned {
-    pub(super) clocks: ClockBounds,
+    pub(super) clocks: Arc<ClockBounds>,
 }
 
 impl Learned {
     pub(super) fn add(&mut self, partials: &Partials) {
-        partials.clock_bounds_into(&mut self.clocks);
+        partials.clock_bounds_into(Arc::make_mut(&mut self.clocks));
     }
 
-    pub(super) fn merge_into(&self, context: &mut WindowContext) {
-        for (pair, bound) in &self.clocks {
-            crate::clock::add(&mut context.clocks, pair.clone(), *bound);
+    fn merge_into(&self, clocks: &mut ClockBounds) {
+        for (pair, bound) in self.clocks.iter() {
+            crate::clock::add(clocks, pair.clone(), *bound);
         }
     }
 }
@@ -67,8 +68,22 @@ impl LiveAnalysis {
             _reservation: reservation,
         });
         let horizon = now.checked_sub(self.config.window).unwrap_or(UNIX_EPOCH);
+        let mut left = false;
         while window.front().is_some_and(|i| i.end <= horizon) {
             window.pop_front();
+            left = true;
+        }
+        // The window's clock bounds: intersections cannot be taken back, so made anew from
+        // the intervals once one left; else the new interval's added.
+        let mut clocks = self.window_clocks.lock().unwrap_or_else(|p| p.into_inner());
+        if left {
+            let mut merged = ClockBounds::default();
+            for interval in window.iter() {
+                interval.learned.merge_into(&mut merged);
+            }
+            *clocks = Arc::new(merged);
+        } else if let Some(joined) = window.back() {
+            joined.learned.merge_into(Arc::make_mut(&mut clocks));
         }
         self.servers
             .lock()
@@ -177,15 +192,12 @@ impl LiveAnalysis {
             .keys()
             .cloned()
             .collect();
-        let mut context = WindowContext {
+        let window = (self.window_clocks.lock().unwrap_or_else(|p| p.into_inner())).clone();
+        let filling = self.filling.lock().await.learned.clocks.clone();
+        WindowContext {
             servers,
-            ..WindowContext::default()
-        };
-        for interval in self.window.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            interval.learned.merge_into(&mut context);
+            clocks: vec![window, filling],
         }
-        self.filling.lock().await.learned.merge_into(&mut context);
-        context
     }
 }
 
@@ -206,9 +218,68 @@ fn release_before_build(resident: usize, stale: usize, limit: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use stormglass_assembly::{ReleasedTraces, TraceSink};
+    use stormglass_model::{Conventions, encode_request};
+    use stormglass_runtime::MemoryBudget;
+    use stormglass_testkit::fixtures;
+
     use super::release_before_build;
+    use crate::alerts::AlertThresholds;
+    use crate::engine::Engine;
+    use crate::live::{AnalysisMetrics, AnalyticsConfig, LiveAnalysis};
 
     const MIB: usize = 1 << 20;
+
+    /// Each chunk's context shares the window's clock bounds, not a copy merged for it (at
+    /// width ~160,000 pairs per chunk); an interval leaving the window takes its bounds
+    /// with it.
+    #[tokio::test]
+    async fn chunks_share_the_window_clocks_until_their_interval_leaves() {
+        let config = AnalyticsConfig {
+            window: Duration::from_secs(60),
+            ..AnalyticsConfig::default()
+        };
+        let live = LiveAnalysis::new(
+            Engine::default(),
+            AlertThresholds::default(),
+            config,
+            AnalysisMetrics::unregistered(),
+        );
+        let budget = MemoryBudget::unregistered(1 << 30);
+        let spans = fixtures::skewed_calls(40.0, 1..=28);
+        let (batch, _) = encode_request(&Conventions::default(), &spans.request());
+        live.release(ReleasedTraces::reserved(batch, 28, &budget));
+        let t0 = SystemTime::now();
+        live.run_interval(t0).await.unwrap();
+
+        let (a, b) = (live.window_context().await, live.window_context().await);
+        assert!(
+            !a.clocks[0].is_empty(),
+            "the interval's bounds: {:?}",
+            a.clocks
+        );
+        assert!(
+            Arc::ptr_eq(&a.clocks[0], &b.clocks[0]),
+            "shared, not copied"
+        );
+        live.run_interval(t0 + Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(
+            !live.window_context().await.clocks[0].is_empty(),
+            "still inside"
+        );
+        live.run_interval(t0 + Duration::from_secs(120))
+            .await
+            .unwrap();
+        assert!(
+            live.window_context().await.clocks[0].is_empty(),
+            "gone with it"
+        );
+    }
 
     /// A wide report goes when its build beside the process would pass the limit; a
     /// small one, or one with room to build beside it, stays (the API keeps answering).
