@@ -67,6 +67,8 @@ impl LiveAnalysis {
                 let mut context = self.window_context().await;
                 context.clocks.push(learned.clocks.clone());
                 let partials = self.engine.analyse_in_window(chunk, &context).await?;
+                // Its bounds shared no more, so written in place, not copied.
+                drop(context);
                 learned.add(&partials);
                 chunks.push(partials.compact());
             }
