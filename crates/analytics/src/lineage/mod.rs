@@ -207,8 +207,9 @@ impl Default for RetryRules {
 }
 
 /// Compute the lineage of one chunk of a window whose earlier chunks gave the clock bounds
-/// `prior` (parts, intersected); clocks agreeing within `tolerance_ms` are not corrected; `rules` say how
-/// unnumbered attempts join calls (see the module docs). `lineage` has `detail`'s columns.
+/// `prior` (parts, intersected); clocks agreeing within `tolerance_ms` are not corrected;
+/// `rules` say how unnumbered attempts join calls (see the module docs). `lineage` has
+/// `detail`'s columns.
 pub fn lineage_in_window(
     spans: &RecordBatch,
     prior: &[Arc<ClockBounds>],
