@@ -1,4 +1,5 @@
-//! The registry of `queries/*.sql`, embedded in the binary so it runs from anywhere.
+//! The registry of the queries by stage: `queries/*.sql`, embedded by the
+//! `stormglass-queries` package beside them, so the binary runs from anywhere.
 //!
 //! Three stages, each query reading only tables of earlier stages:
 //! * [`DERIVED`]: views over one batch of spans (plus `lineage`, `lineage_attempts`,
@@ -23,7 +24,7 @@ macro_rules! query {
     ($name:literal) => {
         Query {
             name: $name,
-            sql: include_str!(concat!("../../../queries/", $name, ".sql")),
+            sql: stormglass_queries::sql($name),
         }
     };
 }

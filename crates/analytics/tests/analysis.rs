@@ -92,16 +92,8 @@ fn near(actual: Option<f64>, expected: f64) -> bool {
 /// Every query in queries/ is registered and plans and runs against the span schema.
 #[tokio::test]
 async fn every_query_plans_on_the_schema() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../queries");
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".sql")
-                .to_owned()
-        })
+    let mut files: Vec<String> = (stormglass_queries::FILES.iter())
+        .map(|(name, _)| (*name).to_owned())
         .collect();
     files.sort();
     let late = [queries::LATE_LATENCY];
