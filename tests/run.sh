@@ -103,7 +103,7 @@ cargo nextest run --workspace --locked --no-fail-fast --features stormglass/test
 # everywhere (see Cargo.toml), so it compiles the workspace's own crates (built above through
 # clippy, and without `test-faults`) and no dependency.
 compiled=$(env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build -p stormglass --locked 2>&1 |
-  sed -n 's/^ *Compiling //p' | grep -v "($PWD/crates/" || true)
+  sed -n 's/^ *Compiling //p' | grep -v "($PWD/" || true)
 if [ -n "$compiled" ]; then
   echo "tests/run.sh: \`cargo run -p stormglass\` after the tests compiled dependencies again:" >&2
   echo "$compiled" >&2
