@@ -71,6 +71,7 @@ pub const fn sql(name: &str) -> &'static str {
     panic!("no query file of that name")
 }
 
+/// `a == b`, spelled out: comparing strings with `==` is not allowed in a `const fn`.
 const fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
@@ -103,6 +104,7 @@ mod tests {
         assert_eq!(listed, names);
     }
 
+    /// `sql` answers a name with its file's text.
     #[test]
     fn sql_finds_a_file_by_name() {
         assert!(super::sql("edges").starts_with("-- edges:"));
