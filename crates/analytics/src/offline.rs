@@ -23,7 +23,9 @@ use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use stormglass_model::{SPANS_SCHEMA, schema as col};
 
 use crate::clock::{self, ClockBounds};
-use crate::engine::{AnalysisError, Engine, Params, Partials, WindowContext, timed};
+use crate::engine::{
+    AnalysisError, Engine, Params, Partials, WindowContext, server_services, timed,
+};
 use crate::parallel::{AT_ONCE, parallel_map};
 use crate::{files, lineage};
 
@@ -61,7 +63,7 @@ pub async fn analyse(
         });
     }
     let started = std::time::Instant::now();
-    let servers = servers(&batches);
+    let servers = server_services(&batches);
     let pieces = by_trace(batches, count);
     timed("chunks: split", started);
     // Each chunk made whole (its pieces concatenated, duplicates dropped) and its clock
@@ -273,23 +275,6 @@ fn chunk_of(trace_id: &[u8], count: usize) -> usize {
     bytes[..n].copy_from_slice(&trace_id[..n]);
     let id = u128::from_le_bytes(bytes);
     (mix(id as u64 ^ mix((id >> 64) as u64)) % count as u64) as usize
-}
-
-/// The services that sent SERVER spans, in any batch.
-fn servers(batches: &[RecordBatch]) -> Vec<String> {
-    let mut servers = std::collections::BTreeSet::new();
-    for chunk in batches {
-        let column = |name| chunk.column_by_name(name).map(|c| c.as_string::<i32>());
-        let (Some(kind), Some(service)) = (column(col::KIND), column(col::SERVICE_NAME)) else {
-            unreachable!("read batches follow SPANS_SCHEMA");
-        };
-        for row in 0..chunk.num_rows() {
-            if kind.value(row) == "server" && !servers.contains(service.value(row)) {
-                servers.insert(service.value(row).to_owned());
-            }
-        }
-    }
-    servers.into_iter().collect()
 }
 
 #[cfg(test)]

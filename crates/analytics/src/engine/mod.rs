@@ -35,7 +35,7 @@ use planned::Plans;
 use register::register;
 
 pub use crate::table::{AnalysisError, Table, into_rows, json_rows, rows, run, table, timed};
-pub use params::{Params, WindowContext};
+pub use params::{Params, WindowContext, server_services};
 pub use partials::Partials;
 pub(crate) use register::register_table;
 

@@ -2,9 +2,12 @@
 
 use std::sync::Arc;
 
+use stormglass_model::hash::KeyedSet;
+use stormglass_model::schema as col;
+
 use crate::clock::ClockBounds;
 use crate::lineage;
-use arrow::array::{Float64Array, RecordBatch, StringArray};
+use arrow::array::{AsArray, Float64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 
 /// `advice.*`, `orphans.*`, `deadlines.*` and `clocks.*`: the thresholds the SQL reads from
@@ -97,6 +100,32 @@ impl Params {
             Err(e) => unreachable!("params columns match their schema: {e}"),
         }
     }
+}
+
+/// The services that sent SERVER spans in `batches` (span batches), sorted: a window's
+/// `servers`.
+pub fn server_services(batches: &[RecordBatch]) -> Vec<String> {
+    // Hashed, and sorted once at the end: a sorted set costs ~log2(services) string
+    // comparisons per SERVER span (14 at width).
+    let mut servers: KeyedSet<&str> = KeyedSet::default();
+    for batch in batches {
+        let column = |name| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_string_opt::<i32>())
+        };
+        let (Some(kind), Some(service)) = (column(col::KIND), column(col::SERVICE_NAME)) else {
+            continue;
+        };
+        for row in 0..batch.num_rows() {
+            if kind.value(row) == "server" {
+                servers.insert(service.value(row));
+            }
+        }
+    }
+    let mut servers: Vec<String> = servers.into_iter().map(str::to_owned).collect();
+    servers.sort_unstable();
+    servers
 }
 
 /// The `window_servers` table: one `service` per row.

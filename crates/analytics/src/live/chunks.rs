@@ -1,18 +1,18 @@
 //! Released traces queued, taken in chunks, analysed into the interval being filled.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::RecordBatch;
 use stormglass_assembly::{ReleasedTraces, TraceSink};
-use stormglass_model::{SPANS_SCHEMA, schema};
+use stormglass_model::SPANS_SCHEMA;
 use stormglass_runtime::Reservation;
 use stormglass_runtime::health::{error_chain, panic_message};
 
 use super::LiveAnalysis;
 use super::window::Learned;
-use crate::engine::Partials;
+use crate::engine::{Partials, server_services};
 
 /// Released traces waiting for analysis.
 #[derive(Default)]
@@ -46,7 +46,7 @@ impl LiveAnalysis {
         let started = Instant::now();
         let window = self.window_context().await;
         crate::table::timed("window context", started);
-        let seen = server_services(&batch);
+        let seen = server_services(std::slice::from_ref(&batch));
         let engine = self.engine.clone();
         let faults = self.faults.clone();
         // On its own task, so that a panic inside DataFusion or the lineage is caught.
@@ -222,7 +222,7 @@ impl TraceSink for LiveAnalysis {
         let now = SystemTime::now();
         {
             let mut known = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-            for service in server_services(&spans) {
+            for service in server_services(std::slice::from_ref(&spans)) {
                 known.insert(service, now);
             }
         }
@@ -248,26 +248,4 @@ impl TraceSink for LiveAnalysis {
             self.wake.notify_one();
         }
     }
-}
-
-/// Services with a SERVER span in `batch`.
-pub(super) fn server_services(batch: &RecordBatch) -> Vec<String> {
-    let (Some(kind), Some(service)) = (
-        batch
-            .column_by_name(schema::KIND)
-            .and_then(|c| c.as_string_opt::<i32>()),
-        batch
-            .column_by_name(schema::SERVICE_NAME)
-            .and_then(|c| c.as_string_opt::<i32>()),
-    ) else {
-        return Vec::new();
-    };
-    // A set: a chunk at width names thousands of services.
-    let mut seen: BTreeSet<&str> = BTreeSet::new();
-    for row in 0..batch.num_rows() {
-        if kind.value(row) == "server" {
-            seen.insert(service.value(row));
-        }
-    }
-    seen.into_iter().map(str::to_owned).collect()
 }

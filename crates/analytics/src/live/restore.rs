@@ -8,8 +8,8 @@ use stormglass_model::hash::KeyedHash;
 use stormglass_model::schema;
 
 use super::LiveAnalysis;
-use super::chunks::server_services;
 use super::window::{Learned, unix_ns};
+use crate::engine::server_services;
 use crate::engine::{AnalysisError, Partials};
 
 impl LiveAnalysis {
@@ -60,7 +60,7 @@ impl LiveAnalysis {
                 restored += chunk.num_rows();
                 {
                     let mut known = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-                    for service in server_services(&chunk) {
+                    for service in server_services(std::slice::from_ref(&chunk)) {
                         known.insert(service, end);
                     }
                 }
