@@ -137,3 +137,42 @@ pub(super) fn window_servers(servers: &[String]) -> RecordBatch {
         Err(e) => unreachable!("one string column matches its schema: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use stormglass_model::{Conventions, encode_request};
+    use stormglass_testkit::otlp::{request, span};
+
+    use super::server_services;
+
+    /// The services that sent SERVER spans in any of several batches: each named once,
+    /// sorted; a service with CLIENT spans only is none of them.
+    #[test]
+    fn serving_services_are_named_once_and_sorted() {
+        const SERVER: i32 = 2;
+        const CLIENT: i32 = 3;
+        let batch = |services: &[(&str, i32)]| {
+            let spans = services
+                .iter()
+                .enumerate()
+                .map(|(i, (service, kind))| {
+                    (
+                        *service,
+                        vec![span(1, i as u8 + 1, "op", *kind, 0, 1, vec![])],
+                    )
+                })
+                .collect();
+            let (batch, report) = encode_request(&Conventions::default(), &request(spans));
+            assert_eq!(report.rejected, 0);
+            batch
+        };
+        let batches = [
+            batch(&[("orders", SERVER), ("gateway", CLIENT), ("payment", SERVER)]),
+            batch(&[("ledger", SERVER), ("orders", SERVER), ("api", SERVER)]),
+            batch(&[("inventory", SERVER), ("gateway", CLIENT)]),
+        ];
+        let named = ["api", "inventory", "ledger", "orders", "payment"];
+        assert_eq!(server_services(&batches), named);
+        assert!(server_services(&[]).is_empty());
+    }
+}

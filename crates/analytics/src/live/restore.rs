@@ -9,8 +9,7 @@ use stormglass_model::schema;
 
 use super::LiveAnalysis;
 use super::window::{Learned, unix_ns};
-use crate::engine::server_services;
-use crate::engine::{AnalysisError, Partials};
+use crate::engine::{AnalysisError, Partials, server_services};
 
 impl LiveAnalysis {
     /// Rebuild the window from spans archived before a restart (`archive.dir`), so the
