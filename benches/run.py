@@ -474,15 +474,17 @@ def width(sg, args, cache):
     n, wide = offline[1], offline[args.width]
     per = lambda r: r["seconds"] / r["spans"] * 1e6
     mib = lambda b: f"{b / 2**20:,.0f} MiB"
+    # Time is a x spans + b x edges: b is the wide mesh's time beyond the narrow one's for as
+    # many spans, per edge; within 2x per span, b is at most that narrow time per edge.
+    narrow_seconds = per(n) * wide["spans"] / 1e6
+    edges = wide["edges"] - n["edges"]
     rows = [
         ("edges (caller, callee, operation)", f"{n['edges']:,}", f"{wide['edges']:,}", "", ""),
         ("`analyze`, seconds per 1 M spans", f"{per(n):.2f}", f"{per(wide):.2f}",
          f"{per(wide) / per(n):.2f}", "<= 2"),
-        # Time is a x spans + b x edges: b, the wide mesh's time beyond the narrow one's per
-        # span, per edge; within 2x per span, b is at most the narrow mesh's time per edge.
         ("`analyze`, microseconds per edge", "",
-         f"{(wide['seconds'] - per(n) * wide['spans'] / 1e6) / (wide['edges'] - n['edges']) * 1e6:.1f}",
-         "", f"<= {n['seconds'] * wide['spans'] / n['spans'] / wide['edges'] * 1e6:.1f} (2x per span)"),
+         f"{(wide['seconds'] - narrow_seconds) / edges * 1e6:.1f}", "",
+         f"<= {narrow_seconds / edges * 1e6:.1f} (2x per span)"),
         ("`analyze`, peak resident memory", mib(n["rss"]), mib(wide["rss"]),
          f"{wide['rss'] / n['rss']:.2f}", "wide < 1,536 MiB"),
         ("`analyze --format json` (default listing)", mib(n["json_bytes"]),
