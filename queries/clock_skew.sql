@@ -4,6 +4,7 @@
 -- attempt, 0 when the clocks agree within clocks.tolerance_ms (sg_clock_offset_ms, defined
 -- in crates/analytics/src/clock.rs, the rule the analysis corrects times with).
 -- exceeds_threshold: |clock_skew_ms| > clocks.skew_threshold_ms (a clock_skew finding).
+-- Unordered: read only by other queries.
 --
 -- Inputs: p_clock_skew, params.
 -- Output: caller, callee, pairs, low_ms, high_ms, clock_skew_ms, exceeds_threshold
@@ -16,4 +17,3 @@ SELECT m.caller, m.callee, m.pairs, m.low_ms, m.high_ms,
   ABS(sg_clock_offset_ms(m.low_ms, m.high_ms, p.clock_tolerance_ms)) > p.clock_skew_threshold_ms
     AS exceeds_threshold
 FROM params p CROSS JOIN merged m
-ORDER BY m.caller, m.callee

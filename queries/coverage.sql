@@ -22,7 +22,7 @@
 --                   attempts
 -- (attempt_number, from_server_spans and inferred say how the attempts were found; the
 -- rest are unnumbered single attempts, read as first tries.)
--- Shares of sampling-weighted counts.
+-- Shares of sampling-weighted counts. Unordered: the report sorts them.
 --
 -- Inputs: p_edges.
 -- Output: level, service, callee, operation, attempts, attempt_number, cause, deadline,
@@ -54,4 +54,3 @@ SELECT level, service, callee, operation, CAST(ROUND(attempts) AS BIGINT) AS att
   hidden / NULLIF(attempts, 0) AS from_server_spans,
   inferred / NULLIF(attempts, 0) AS inferred
 FROM e
-ORDER BY level, service, callee, operation

@@ -180,17 +180,13 @@ backoff_growth AS (
   WHERE a.mean_ms >= p.min_backoff_ms
   GROUP BY b.caller, b.callee, b.operation
 ),
--- The spread at one retry number: the one with the most retries among those that waited.
+-- The spread at one retry number: the one with the most retries among those that waited
+-- (the lowest of equals), as an ordered aggregate like `modes`.
 backoff_jitter AS (
-  SELECT caller, callee, operation, cv AS jitter
-  FROM (
-    SELECT b.caller, b.callee, b.operation, b.cv,
-      ROW_NUMBER() OVER (PARTITION BY b.caller, b.callee, b.operation
-        ORDER BY b.n DESC, b.attempt) AS r
-    FROM params p CROSS JOIN backoff_numbers b
-    WHERE b.mean_ms >= p.min_backoff_ms
-  ) ranked
-  WHERE r = 1
+  SELECT b.caller, b.callee, b.operation, first_value(b.cv ORDER BY b.n DESC, b.attempt) AS jitter
+  FROM params p CROSS JOIN backoff_numbers b
+  WHERE b.mean_ms >= p.min_backoff_ms
+  GROUP BY b.caller, b.callee, b.operation
 ),
 -- Growth and jitter to 3 decimals, the wait per call to the microsecond: sums of floats
 -- merged in another order (live intervals, offline chunks) differ in their last bits.
@@ -240,50 +236,58 @@ edge_latency AS (
   FROM p_edge_latency GROUP BY caller, callee, operation
 ),
 
-timeouts AS (
-  SELECT md.caller, md.callee, md.operation,
-    CASE WHEN mo.mode_n * 2 >= md.total THEN mo.mode_ms ELSE md.median_ms END AS timeout_ms
-  FROM medians md
-  LEFT JOIN modes mo ON mo.caller = md.caller AND mo.callee = md.callee
-    AND mo.operation = md.operation
-),
 -- The lookups keyed by the whole edge, gathered by one aggregate over their union (each
 -- holds one row per edge: MAX picks its value) instead of a hash join each (a fifth of this
 -- query at 160,000 edges); then those keyed otherwise, joined to the edges' keys alone
--- (joined to the wide sums, each copied every column of every edge again).
+-- (joined to the wide sums, each copied every column of every edge again). The timeout:
+-- the mode where it covers half of the budgeted attempts, else the median.
 lookups AS (
   SELECT caller, callee, operation,
-    MAX(timeout_ms) AS timeout_ms, MAX(el_p999_ms) AS el_p999_ms, MAX(el_total) AS el_total,
-    MAX(callee_median_ms) AS callee_median_ms, MAX(out_of_budget_retries) AS out_of_budget_retries,
-    MAX(bo_median_ms) AS bo_median_ms, MAX(bo_max_mean_ms) AS bo_max_mean_ms,
-    MAX(bo_growth) AS bo_growth, MAX(bo_jitter) AS bo_jitter, MAX(bo_total_ms) AS bo_total_ms,
-    MAX(sy_synchronised) AS sy_synchronised, MAX(sy_retries) AS sy_retries
+    CASE WHEN md_total IS NULL THEN NULL WHEN mode_n * 2 >= md_total THEN mode_ms
+         ELSE md_median_ms END AS timeout_ms,
+    el_p999_ms, el_total, callee_median_ms, out_of_budget_retries, bo_median_ms,
+    bo_max_mean_ms, bo_growth, bo_jitter, bo_total_ms, sy_synchronised, sy_retries
   FROM (
-    SELECT caller, callee, operation, timeout_ms, CAST(NULL AS DOUBLE) AS el_p999_ms,
-      CAST(NULL AS DOUBLE) AS el_total, CAST(NULL AS DOUBLE) AS callee_median_ms,
-      CAST(NULL AS DOUBLE) AS out_of_budget_retries, CAST(NULL AS DOUBLE) AS bo_median_ms,
-      CAST(NULL AS DOUBLE) AS bo_max_mean_ms, CAST(NULL AS DOUBLE) AS bo_growth,
-      CAST(NULL AS DOUBLE) AS bo_jitter, CAST(NULL AS DOUBLE) AS bo_total_ms,
-      CAST(NULL AS DOUBLE) AS sy_synchronised, CAST(NULL AS DOUBLE) AS sy_retries
-    FROM timeouts
-    UNION ALL
-    SELECT caller, callee, operation, NULL, p999_ms, total, NULL, NULL, NULL, NULL, NULL, NULL,
-      NULL, NULL, NULL
-    FROM edge_latency
-    UNION ALL
-    SELECT caller, callee, operation, NULL, NULL, NULL, callee_median_ms,
-      out_of_budget_retries, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    FROM retry_budgets
-    UNION ALL
-    SELECT caller, callee, operation, NULL, NULL, NULL, NULL, NULL, median_ms, max_mean_ms,
-      growth, jitter, total_ms, NULL, NULL
-    FROM backoff
-    UNION ALL
-    SELECT caller, callee, operation, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-      NULL, synchronised, retries
-    FROM synchronised
-  ) u
-  GROUP BY caller, callee, operation
+    SELECT caller, callee, operation,
+      MAX(md_median_ms) AS md_median_ms, MAX(md_total) AS md_total, MAX(mode_ms) AS mode_ms,
+      MAX(mode_n) AS mode_n, MAX(el_p999_ms) AS el_p999_ms, MAX(el_total) AS el_total,
+      MAX(callee_median_ms) AS callee_median_ms, MAX(out_of_budget_retries) AS out_of_budget_retries,
+      MAX(bo_median_ms) AS bo_median_ms, MAX(bo_max_mean_ms) AS bo_max_mean_ms,
+      MAX(bo_growth) AS bo_growth, MAX(bo_jitter) AS bo_jitter, MAX(bo_total_ms) AS bo_total_ms,
+      MAX(sy_synchronised) AS sy_synchronised, MAX(sy_retries) AS sy_retries
+    FROM (
+      SELECT caller, callee, operation, CAST(median_ms AS DOUBLE) AS md_median_ms,
+        CAST(total AS DOUBLE) AS md_total, CAST(NULL AS DOUBLE) AS mode_ms,
+        CAST(NULL AS DOUBLE) AS mode_n, CAST(NULL AS DOUBLE) AS el_p999_ms,
+        CAST(NULL AS DOUBLE) AS el_total, CAST(NULL AS DOUBLE) AS callee_median_ms,
+        CAST(NULL AS DOUBLE) AS out_of_budget_retries, CAST(NULL AS DOUBLE) AS bo_median_ms,
+        CAST(NULL AS DOUBLE) AS bo_max_mean_ms, CAST(NULL AS DOUBLE) AS bo_growth,
+        CAST(NULL AS DOUBLE) AS bo_jitter, CAST(NULL AS DOUBLE) AS bo_total_ms,
+        CAST(NULL AS DOUBLE) AS sy_synchronised, CAST(NULL AS DOUBLE) AS sy_retries
+      FROM medians
+      UNION ALL
+      SELECT caller, callee, operation, NULL, NULL, mode_ms, mode_n, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      FROM modes
+      UNION ALL
+      SELECT caller, callee, operation, NULL, NULL, NULL, NULL, p999_ms, total, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      FROM edge_latency
+      UNION ALL
+      SELECT caller, callee, operation, NULL, NULL, NULL, NULL, NULL, NULL, callee_median_ms,
+        out_of_budget_retries, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      FROM retry_budgets
+      UNION ALL
+      SELECT caller, callee, operation, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        median_ms, max_mean_ms, growth, jitter, total_ms, NULL, NULL
+      FROM backoff
+      UNION ALL
+      SELECT caller, callee, operation, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, synchronised, retries
+      FROM synchronised
+    ) u
+    GROUP BY caller, callee, operation
+  ) gathered
 ),
 side AS (
 SELECT e.caller, e.callee, e.operation, x.timeout_ms, x.el_p999_ms,

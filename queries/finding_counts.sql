@@ -5,6 +5,8 @@
 -- among the out-of-budget retries), clock_skew ones (operation '*', counting the calls the
 -- estimate rests on) from clock_skew.
 --
+-- Unordered: the report orders findings by kind and impact.
+--
 -- Inputs: p_findings, edges, retry_budgets, clock_skew.
 -- Output: kind, severity, caller, callee, operation, count, detail, example_trace_id
 WITH found AS (
@@ -77,4 +79,3 @@ SELECT kind,
             ELSE 'info' END AS severity,
   caller, callee, operation, CAST(ROUND(count) AS BIGINT) AS count, detail, example_trace_id
 FROM found
-ORDER BY kind, caller, callee, operation

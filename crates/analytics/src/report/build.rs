@@ -249,10 +249,14 @@ impl Report {
                 }),
             }
         }
-        // In the edges' order whatever order the query's partitions gave them.
-        coverage.edges.sort_by(|a, b| {
+        // In the edges' order (the query leaves its rows unordered: sorted here, the names
+        // are compared without DataFusion's row encoding and merge).
+        coverage.edges.sort_unstable_by(|a, b| {
             (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
         });
+        coverage
+            .services
+            .sort_unstable_by(|a, b| a.service.cmp(&b.service));
 
         let (edges, potential) = match storm.await {
             Ok(done) => done,
