@@ -378,7 +378,8 @@ pub fn lineage_in_window(
     // attempt, so the call graph (storm potential) runs through it. An attempt's number is
     // the one its call gives it (re-sends and inferred attempts carry none of their own).
     let derive = |row: usize, p: usize, above: &Node| Node {
-        offset_ns: above.offset_ns + edge_offset(p, row),
+        // `p` is `row`'s parent: the clock offset to it was looked up once, in `to_parent`.
+        offset_ns: above.offset_ns + to_parent[row],
         // Any number but 0 is a retry, including an unreadable one.
         upstream_retry: above.upstream_retry
             || (attempt.is_valid(p) && attempt.value(p) != 0)
