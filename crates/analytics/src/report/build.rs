@@ -249,8 +249,8 @@ impl Report {
                 }),
             }
         }
-        // In the edges' order (the query leaves its rows unordered: sorted here, the names
-        // are compared without DataFusion's row encoding and merge).
+        // By name, as the edges are: the query leaves its rows unordered (a sort here is
+        // cheaper than DataFusion's sort and merge at width).
         coverage.edges.sort_unstable_by(|a, b| {
             (&a.caller, &a.callee, &a.operation).cmp(&(&b.caller, &b.callee, &b.operation))
         });
