@@ -134,6 +134,7 @@ pub fn storm_potential<'a>(
     // Each edge named once as an integer, its factor at that index: the walk then hashes
     // integers, not three names per step (at width, ~250,000 links).
     let mut ids: Fast<EdgeKey, u32> = Fast::default();
+    ids.reserve(edges.len());
     let mut factor: Vec<f64> = Vec::with_capacity(edges.len());
     for e in edges {
         let tries = |n: Option<i64>| n.unwrap_or(0).max(0) as f64 + 1.0;
