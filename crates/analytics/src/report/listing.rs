@@ -296,7 +296,10 @@ impl Report {
     /// are evaluated before, over every finding.
     pub fn bound_findings(&mut self, max_per_kind: usize) {
         let mut findings = std::mem::take(&mut self.findings);
-        findings.sort_by(|a, b| {
+        // A finding is one per (kind, caller, callee, operation) (finding_counts), so the
+        // order is total: a sort in place gives the stable sort's order without its
+        // scratch copy of the findings (~14 MiB at width).
+        findings.sort_unstable_by(|a, b| {
             (
                 a.kind.as_str(),
                 std::cmp::Reverse(a.count),
