@@ -223,20 +223,6 @@ pub fn timed(what: &str, started: std::time::Instant) {
     }
 }
 
-/// Run SQL made at run time (`stormglass check-budget`'s, over the analysed tables) and read
-/// its rows into `T`.
-pub async fn sql_rows<T: DeserializeOwned + Send>(
-    ctx: &SessionContext,
-    sql: &str,
-) -> Result<Vec<T>, DataFusionError> {
-    let batches = ctx.sql(sql).await?.collect().await?;
-    let schema = batches.first().map_or_else(
-        || Arc::new(arrow::datatypes::Schema::empty()),
-        RecordBatch::schema,
-    );
-    Ok(rows(&Table { schema, batches }))
-}
-
 /// Read a materialised table of a session.
 pub async fn table(ctx: &SessionContext, name: &str) -> Result<Table, AnalysisError> {
     let failed = |source| AnalysisError::query(name, source);

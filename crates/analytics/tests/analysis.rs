@@ -1454,13 +1454,15 @@ async fn sequential_calls_from_partials_match_the_calls() {
     let s = fixtures::every_fixture();
     let r = report(&s).await;
     let ctx = Engine::default().query_context(batch(&s)).await.unwrap();
-    let calls: Vec<Call> = stormglass_analytics::table::sql_rows(
-        &ctx,
-        "SELECT caller, callee, encode(CAST(parent_span_id AS BYTEA), 'hex') AS parent, \
-         start_ns, end_ns FROM logical_calls WHERE caller <> 'unknown'",
+    ctx.sql(
+        "CREATE VIEW known_calls AS SELECT caller, callee, \
+         encode(CAST(parent_span_id AS BYTEA), 'hex') AS parent, start_ns, end_ns \
+         FROM logical_calls WHERE caller <> 'unknown'",
     )
     .await
     .unwrap();
+    use stormglass_analytics::table::{rows, table};
+    let calls: Vec<Call> = rows(&table(&ctx, "known_calls").await.unwrap());
     use std::collections::BTreeMap;
     let mut by_parent: BTreeMap<(&str, &str), Vec<&Call>> = BTreeMap::new();
     for c in &calls {
