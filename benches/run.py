@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -386,6 +387,18 @@ def measured(command):
     return time.perf_counter() - started, usage.ru_maxrss * 1024, out
 
 
+def instructions(command):
+    """Instructions `command` runs, counted by valgrind's cachegrind (no cache simulation):
+    a count the machine's speed does not move, so two runs compare exactly."""
+    run = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                          "--cachegrind-out-file=/dev/null", *command],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
+    if run.returncode != 0 or not found:
+        raise SystemExit(f"valgrind {command} exited {run.returncode}: {run.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
 def width_offline(sg, args, cache):
     """`analyze` of a narrow and a wide mesh of the same span count, interleaved rounds."""
     files = {}
@@ -411,7 +424,9 @@ def width_offline(sg, args, cache):
             sys.exit(f"width {w}: analyze gave different reports in {len(rs)} runs")
         seconds = statistics.median(r[0] for r in rs)
         report = rs[-1][3]
+        print(f"width: analyze width {w} under cachegrind ...", file=sys.stderr)
         result[w] = dict(seconds=seconds, rss=max(r[1] for r in rs), json_bytes=rs[-1][2],
+                         instructions=instructions([sg, "analyze", files[w], "--format", "json"]),
                          spans=report["window"]["spans"], edges=report["listing"]["edges"],
                          findings=sum(t["findings"] for t in report.get("finding_totals", [])),
                          listed=len(report["findings"]),
@@ -482,6 +497,9 @@ def width(sg, args, cache):
         ("edges (caller, callee, operation)", f"{n['edges']:,}", f"{wide['edges']:,}", "", ""),
         ("`analyze`, seconds per 1 M spans", f"{per(n):.2f}", f"{per(wide):.2f}",
          f"{per(wide) / per(n):.2f}", "<= 2"),
+        ("`analyze`, instructions per span (cachegrind)",
+         f"{n['instructions'] / n['spans']:,.0f}", f"{wide['instructions'] / wide['spans']:,.0f}",
+         f"{wide['instructions'] / wide['spans'] / (n['instructions'] / n['spans']):.2f}", ""),
         ("`analyze`, microseconds per edge", "",
          f"{(wide['seconds'] - narrow_seconds) / edges * 1e6:.1f}", "",
          f"<= {narrow_seconds / edges * 1e6:.1f} (2x per span)"),

@@ -10,7 +10,8 @@
 #   PARTS=width bash benches/run.sh          # only the width table: 1 vs WIDTH=3000 services per layer
 #
 # Installs what it needs when missing: rotel-agent from PyPI's `rotel` wheel and DuckDB in a
-# virtualenv, both under $BENCH_CACHE; Debian's prometheus-alertmanager. Builds the release
+# virtualenv, both under $BENCH_CACHE; Debian's prometheus-alertmanager and valgrind (the
+# width table's instruction counts). Builds the release
 # binary into $CARGO_TARGET_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,12 +29,15 @@ if [ ! -x "$rotel" ]; then
   python3 -m zipfile -e "$cache"/wheel/rotel-*.whl "$cache/rotel"
   chmod +x "$rotel"
 fi
-if ! command -v prometheus-alertmanager >/dev/null; then
+missing=""
+command -v prometheus-alertmanager >/dev/null || missing="$missing prometheus-alertmanager"
+command -v valgrind >/dev/null || missing="$missing valgrind"
+if [ -n "$missing" ]; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
-    prometheus-alertmanager
+  # shellcheck disable=SC2086 # one word per package
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
 fi
 
 python=$cache/venv/bin/python
