@@ -31,7 +31,9 @@ if [ ! -x "$rotel" ]; then
 fi
 missing=""
 command -v prometheus-alertmanager >/dev/null || missing="$missing prometheus-alertmanager"
-command -v valgrind >/dev/null || missing="$missing valgrind"
+case ",${PARTS:-throughput,detection}," in
+  *,width,*) command -v valgrind >/dev/null || missing="$missing valgrind" ;;
+esac
 if [ -n "$missing" ]; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
