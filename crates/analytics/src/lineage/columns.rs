@@ -53,11 +53,8 @@ impl<'a> Edges<'a> {
             row.filter(|&r| service.is_valid(r))
                 .map(|r| service.value(r))
         };
-        // Sized for an edge per attempt: at width most attempts are an edge of their own,
-        // and growing the map step by step rehashed every name on the way.
-        let mut ids: HashMap<(&str, &str, Option<&str>), usize, KeyedHash> =
-            HashMap::with_capacity_and_hasher(links.attempts.len(), KeyedHash::default());
-        let mut names = Vec::with_capacity(links.attempts.len());
+        let mut ids: HashMap<(&str, &str, Option<&str>), usize, KeyedHash> = HashMap::default();
+        let mut names = Vec::new();
         let mut of_row = vec![None; spans.num_rows()];
         let mut of_attempt = Vec::with_capacity(links.attempts.len());
         for &row in links.attempts {
