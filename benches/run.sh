@@ -11,8 +11,7 @@
 #
 # Installs what it needs when missing: rotel-agent from PyPI's `rotel` wheel and DuckDB in a
 # virtualenv, both under $BENCH_CACHE; Debian's prometheus-alertmanager and valgrind (the
-# width table's instruction counts). Builds the release
-# binary into $CARGO_TARGET_DIR.
+# width table's instruction counts). Builds the release binary into $CARGO_TARGET_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${BENCH_CACHE:-/var/cache/stormglass/bench}
@@ -29,9 +28,10 @@ if [ ! -x "$rotel" ]; then
   python3 -m zipfile -e "$cache"/wheel/rotel-*.whl "$cache/rotel"
   chmod +x "$rotel"
 fi
+parts=${PARTS:-throughput,detection}
 missing=""
 command -v prometheus-alertmanager >/dev/null || missing="$missing prometheus-alertmanager"
-case ",${PARTS:-throughput,detection}," in
+case ",$parts," in
   *,width,*) command -v valgrind >/dev/null || missing="$missing valgrind" ;;
 esac
 if [ -n "$missing" ]; then
@@ -54,6 +54,6 @@ exec python3 "$root/benches/run.py" \
   --stormglass "$stormglass" --rotel "$rotel" --python "$python" \
   --parquet "$cache/spans-$spans.parquet" --spans "$spans" \
   --duration "${DURATION:-20s}" --concurrency "${CONCURRENCY:-64}" --rounds "${ROUNDS:-3}" \
-  --parts "${PARTS:-throughput,detection}" --width "${WIDTH:-3000}" \
+  --parts "$parts" --width "${WIDTH:-3000}" \
   --width-spans "${WIDTH_SPANS:-456000}" \
   --out "${OUT:-$root/benches/latest.md}"
