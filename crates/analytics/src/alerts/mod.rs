@@ -425,12 +425,16 @@ pub fn definition(name: &str) -> Option<&'static AlertDefinition> {
 }
 
 /// Every alert whose condition holds on `report`, in [`DEFINITIONS`] order, each bounded
-/// by [`bounded`].
+/// by [`bounded`]. The definitions are evaluated on the analysis's threads: at width each
+/// walks every edge.
 pub fn evaluate(report: &Report, t: &AlertThresholds) -> Vec<Alert> {
-    DEFINITIONS
-        .iter()
-        .flat_map(|d| bounded(d, (d.condition)(report, t), t.max_instances_per_rule))
-        .collect()
+    let definitions: Vec<&AlertDefinition> = DEFINITIONS.iter().collect();
+    crate::parallel::parallel_map(definitions, |d| {
+        bounded(d, (d.condition)(report, t), t.max_instances_per_rule)
+    })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// The `instances` label of a summary instance ([`bounded`]), in both engines: it tells a
