@@ -1,5 +1,6 @@
-//! The offline analysis's threads: how many, and an ordered map over them (file reads
-//! and chunk preparation share it).
+//! The analysis's threads: how many, and an ordered map over them (file reads, chunk
+//! preparation, a wide report table's rows and the alert conditions share it, offline and
+//! live).
 
 /// Chunks analysed at once, each on its own engine; threads preparing them (and reading a
 /// Parquet file's row groups).
