@@ -9,7 +9,9 @@ use serde::Deserialize;
 use super::{Table, compact, rows};
 use crate::clock::{self, ClockBounds};
 
-/// One interval's partial aggregates, in [`queries::PARTIALS`] order, with what was analysed.
+/// One interval's partial aggregates, in [`PARTIALS`] order, with what was analysed.
+///
+/// [`PARTIALS`]: crate::queries::PARTIALS
 #[derive(Clone, Debug)]
 pub struct Partials {
     pub(crate) tables: Vec<(&'static str, Table)>,

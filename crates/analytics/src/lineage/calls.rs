@@ -56,6 +56,8 @@ pub(super) struct CallSlot {
 }
 
 /// The structure [`logical_calls`] groups: per row, what [`lineage_in_window`] found.
+///
+/// [`lineage_in_window`]: super::lineage_in_window
 pub(super) struct Shape<'a> {
     pub(super) kinds: &'a [Kind],
     pub(super) parent_rows: &'a [Option<usize>],

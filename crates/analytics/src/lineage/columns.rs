@@ -34,6 +34,8 @@ use crate::table::timed;
 /// else the service SERVER spans most often have for the attempt's callee hint
 /// ([`hint_servers`]), else the hint (the attempt's own, else its call span's), else
 /// `unknown`.
+///
+/// [`hint_servers`]: super::calls::hint_servers
 pub(super) struct Edges<'a> {
     /// Per attempt, in [`Links::attempts`] order: its edge.
     of_attempt: Vec<usize>,
@@ -224,7 +226,8 @@ pub(super) struct Links<'a> {
     pub(super) server_child: &'a [Option<usize>],
     pub(super) caller_of: &'a [Option<usize>],
     pub(super) hint_server: &'a [Option<usize>],
-    /// The span standing for the caller's side of each attempt (see [`Shape::sender`]).
+    /// The span standing for the caller's side of each attempt (see
+    /// [`Shape::sender`](super::calls::Shape::sender)).
     pub(super) sender: &'a [usize],
     /// Per row: an attempt whose SERVER span started while the previous attempt's ran.
     pub(super) overlapping: &'a [bool],

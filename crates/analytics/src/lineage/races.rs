@@ -212,6 +212,8 @@ pub(super) fn settle(
 /// else the last to start (a re-send after failures). Read before the clocks are known, so
 /// it cannot use the CLIENT span's end; the others were abandoned or failed before it and
 /// bound no clock.
+///
+/// [`own_bounds`]: super::skew::own_bounds
 pub(super) fn answering_children(
     kinds: &[Kind],
     parent_rows: &[Option<usize>],

@@ -176,7 +176,8 @@ impl LiveAnalysis {
         (group, reservation)
     }
 
-    /// [`Engine::merge_chunks`]; a failure is counted and leaves the partials as they were.
+    /// [`Engine::merge_chunks`](crate::engine::Engine::merge_chunks); a failure is counted and
+    /// leaves the partials as they were.
     pub(super) async fn merge_chunks(&self, partials: &mut Partials) {
         if let Err(e) = self.engine.merge_chunks(partials).await {
             self.metrics.failures.inc();

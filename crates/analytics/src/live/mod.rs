@@ -1,5 +1,5 @@
-//! Live analysis: the [`TraceSink`] that assembly releases complete traces to, and the
-//! worker that analyses them as a stream of bounded chunks.
+//! Live analysis: the [`TraceSink`](stormglass_assembly::TraceSink) that assembly releases
+//! complete traces to, and the worker that analyses them as a stream of bounded chunks.
 //!
 //! Data flow: released traces wait in a queue, their memory still reserved against the
 //! budget. The worker ([`LiveAnalysis::spawn`], its own thread and runtime, so receivers
@@ -71,7 +71,7 @@ pub trait IntervalObserver: Send + Sync {
     fn restored(&self, _report: &Arc<Report>, _now: SystemTime) {}
 }
 
-/// The live analysis: a [`TraceSink`] plus the worker.
+/// The live analysis: a [`TraceSink`](stormglass_assembly::TraceSink) plus the worker.
 pub struct LiveAnalysis {
     engine: Engine,
     thresholds: AlertThresholds,

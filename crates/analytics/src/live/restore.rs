@@ -23,6 +23,9 @@ impl LiveAnalysis {
     /// the restored spans again (they restart from zero, as Prometheus expects of a
     /// restarted process). `spans` come from [`crate::files::load_archive_since`], lean
     /// and bounded. Returns the spans restored.
+    ///
+    /// [`IntervalObserver::restored`]: super::IntervalObserver::restored
+    /// [`IntervalObserver::interval`]: super::IntervalObserver::interval
     pub async fn restore(
         &self,
         spans: RecordBatch,

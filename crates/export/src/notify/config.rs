@@ -23,7 +23,8 @@ pub struct NotifyConfig {
     /// Alertmanager base URLs (`http://host:9093`); alerts go to `<url>/api/v2/alerts`.
     #[serde(deserialize_with = "urls")]
     pub alertmanagers: Vec<String>,
-    /// URLs that receive a JSON document per notification (see [`WebhookPayload`]).
+    /// URLs that receive a JSON document per notification (see
+    /// [`WebhookPayload`](super::WebhookPayload)).
     #[serde(deserialize_with = "urls")]
     pub webhooks: Vec<String>,
     /// How often firing alerts are re-sent.
