@@ -1205,8 +1205,9 @@ fn advice_at_width_lists_the_worst_and_configures_all() {
 
 /// Replay and what-if at width: each lists the worst 200 edges (and layers) by default,
 /// saying how many there are and in which order, with totals over every edge; `--all`
-/// lists every edge, `--caller` those of one caller; an unknown `--fail` names a few
-/// services and counts the rest instead of listing all 400.
+/// lists every edge, `--caller` those of one caller; the what-if lists the failing
+/// service and its callers, which fail only on the requests that call it; an unknown
+/// `--fail` names a few services and counts the rest instead of listing all 400.
 #[test]
 fn replay_and_whatif_at_width_list_the_worst_with_totals() {
     let (_, mesh, file) = wide_mesh_file("wide-replay");
@@ -1270,6 +1271,25 @@ fn replay_and_whatif_at_width_list_the_worst_with_totals() {
     assert_eq!(whatif["layers"].as_array().unwrap().len(), 200);
     assert_eq!(whatif["listing"]["layers"], 400);
     assert_eq!(whatif["listing"]["edges"], mesh.edges.len() as u64);
+    // The failing service and its callers are listed, however quiet: the answer, not
+    // the busiest layers it leaves alone. Each caller calls svc-0001 on a few of its
+    // requests, and only those fail.
+    let layer = |service: &str| -> &Value {
+        let mut layers = whatif["layers"].as_array().unwrap().iter();
+        layers
+            .find(|l| l["service"] == service)
+            .unwrap_or_else(|| panic!("{service} is not listed"))
+    };
+    assert_eq!(layer("svc-0001")["success_probability"], 0.5);
+    let callers: std::collections::BTreeSet<&str> = (mesh.edges.iter())
+        .filter(|(_, callee)| callee == "svc-0001")
+        .map(|(caller, _)| caller.as_str())
+        .collect();
+    assert!(!callers.is_empty());
+    for caller in callers {
+        let success = layer(caller)["success_probability"].as_f64().unwrap();
+        assert!((0.75..1.0).contains(&success), "{caller}: {success}");
+    }
     let (ok, _, stderr) = stormglass(&["whatif", "--fail", "nowhere=1", path(&file)]);
     assert!(!ok);
     assert!(stderr.contains("and 380 more"), "{stderr}");

@@ -3,9 +3,14 @@
 //!
 //! The model, exactly as docs/figures.md states it:
 //! * a failed service's requests fail with probability `q = P`; another service's fail when
-//!   one of its calls to a failing service fails on every attempt:
-//!   `q(s) = 1 - prod over its edges e (1 - q(callee)^m_e)`, edges to services that do not
-//!   fail adding nothing;
+//!   one of its calls to a failing service fails on every attempt. Each of its requests
+//!   makes `f_e` calls of edge `e` on average (the edge's logical calls over the service's
+//!   requests; 1 for a caller without requests in the window), `k_e` of them always and one
+//!   more on a share `r_e` of the requests (`f_e = k_e + r_e`):
+//!   `q(s) = 1 - prod over its edges e (1 - p_e)^k_e (1 - r_e p_e)`, `p_e = q(callee)^m_e`
+//!   the probability that a call fails, edges to services that do not fail adding nothing.
+//!   At width a service calls many edges, each on a few of its requests: read as a call of
+//!   every edge on every request, one failing callee failed all of them;
 //! * an edge whose callee fails with probability `q` sends `(1 - q^m) / (1 - q)` attempts per
 //!   call on average (`m` when `q = 1`), `m` being the edge's attempts per call at most
 //!   (its largest attempt number + 1);
@@ -82,9 +87,9 @@ pub struct WhatIf {
 }
 
 /// Which layers and edges [`WhatIf::listed`] keeps, and the order it lists them in.
-pub const WHATIF_ORDER: &str = "the worst kept: layers by amplification, then requests \
-    per second; edges by attempts per call, then the callee's failure probability; listed \
-    by name";
+pub const WHATIF_ORDER: &str = "the worst kept: layers by amplification, then failure \
+    probability, then requests per second; edges by attempts per call, then the callee's \
+    failure probability; listed by name";
 
 impl WhatIf {
     /// The layers and edges `selection` selects, at most its limit of each: the worst
@@ -105,11 +110,15 @@ impl WhatIf {
             self.layers.retain(|l| services.contains(&l.service));
         }
         let layers_selected = self.layers.len();
+        // Failure before traffic: where the policy leaves a layer's load as it was (one
+        // attempt per call), the layers the failure reaches are the answer, not the busiest.
         crate::report::keep_worst(&mut self.layers, selection.limit, |a, b| {
-            (b.amplification.total_cmp(&a.amplification)).then(
-                (b.requests_per_second.unwrap_or(0.0))
-                    .total_cmp(&a.requests_per_second.unwrap_or(0.0)),
-            )
+            (b.amplification.total_cmp(&a.amplification))
+                .then(a.success_probability.total_cmp(&b.success_probability))
+                .then(
+                    (b.requests_per_second.unwrap_or(0.0))
+                        .total_cmp(&a.requests_per_second.unwrap_or(0.0)),
+                )
         });
         self.listing = Listing::of(
             WHATIF_ORDER,
@@ -155,11 +164,20 @@ pub fn attempts_per_call(q: f64, m: u32) -> f64 {
     }
 }
 
-/// Per edge its retry policy, and per service the edges it calls (by index: one lookup
-/// per service, not a scan of every edge).
+/// Per edge its retry policy and its calls per request of its caller, and per service the
+/// edges it calls (by index: one lookup per service, not a scan of every edge).
 struct Model<'r> {
     retrying: Vec<Retrying>,
+    per_request: Vec<f64>,
     calls: HashMap<&'r str, Vec<usize>>,
+}
+
+/// The share of a caller's requests that survive an edge whose calls fail with probability
+/// `p`, `per_request` calls of it per request: `k` on every request and one more on a share
+/// `r` of them.
+fn survives(p: f64, per_request: f64) -> f64 {
+    let k = per_request.trunc();
+    (1.0 - p).powf(k) * (1.0 - (per_request - k) * p)
 }
 
 /// An edge's retry policy in the model: its attempts per call at most, the retry budget
@@ -241,7 +259,16 @@ pub fn what_if(report: &Report, failures: &[(String, f64)], policy: Option<&Poli
         .map(|e| policy.and_then(|p| p.edge(&e.caller, &e.callee, &e.operation)))
         .collect();
     let budgets: Vec<Option<Budget>> = entries.iter().map(|e| budget_of(*e)).collect();
+    let requests: HashMap<&str, u64> = (report.layers.iter())
+        .map(|l| (l.service.as_str(), l.requests))
+        .collect();
     let mut model = Model {
+        per_request: (report.edges.iter())
+            .map(|e| match requests.get(e.caller.as_str()) {
+                Some(&n) if n > 0 => e.logical_calls as f64 / n as f64,
+                _ => 1.0,
+            })
+            .collect(),
         retrying: report
             .edges
             .iter()
@@ -532,7 +559,7 @@ fn failure_probability<'r>(
     for &i in model.calls.get(service).into_iter().flatten() {
         let e = &report.edges[i];
         let q = failure_probability(report, model, failing, &e.callee, memo, path);
-        succeeds *= 1.0 - model.retrying[i].call_fails(q);
+        succeeds *= survives(model.retrying[i].call_fails(q), model.per_request[i]);
     }
     path.pop();
     let q = 1.0 - succeeds;
@@ -810,6 +837,34 @@ mod tests {
     }
 
     /// `SERVICE=P` and `SERVICE:P` parse; anything else is an error saying what is expected.
+    /// A limited listing keeps the layers the failure reaches before busier ones it leaves
+    /// alone: at width, callers that do not retry keep amplification 1 but fail.
+    #[test]
+    fn the_listing_keeps_the_layers_a_failure_reaches() {
+        let layer = |service: &str, amplification: f64, success: f64, rps: f64| LayerWhatIf {
+            service: service.into(),
+            amplification,
+            success_probability: success,
+            requests_per_second: Some(rps),
+        };
+        let answer = WhatIf {
+            layers: vec![
+                layer("busy", 1.0, 1.0, 90.0),
+                layer("caller", 1.0, 0.5, 0.1),
+                layer("quiet", 1.0, 1.0, 1.0),
+                layer("storm", 2.0, 1.0, 0.1),
+            ],
+            ..WhatIf::default()
+        }
+        .listed(&Selection {
+            limit: Some(2),
+            ..Selection::default()
+        });
+        let listed: Vec<&str> = answer.layers.iter().map(|l| l.service.as_str()).collect();
+        assert_eq!(listed, ["caller", "storm"]);
+        assert_eq!(answer.listing.layers, 4);
+    }
+
     #[test]
     fn failures_parse() {
         assert_eq!(parse_failure("db=1"), Ok(("db".into(), 1.0)));

@@ -1854,3 +1854,67 @@ async fn what_if_a_service_fails() {
     let none = what_if(&r, &[("db".into(), 0.0)], None);
     assert!(none.layers.iter().all(|l| l.amplification == 1.0));
 }
+
+/// What-if where a service calls an edge on some of its requests: api calls `good` on each
+/// of its 4 requests and `bad` on one of them, so `bad` failing always fails a quarter of
+/// api's requests and of the gateway's above it, not all of them.
+#[tokio::test]
+async fn what_if_weighs_an_edge_by_the_requests_that_call_it() {
+    use fixtures::{http_status, peer, route, template};
+    use stormglass_analytics::whatif::what_if;
+    let mut s = Spans::default();
+    for trace in 1..=4 {
+        let g = (s.server(trace, "gateway", "GET /shop"))
+            .at(0.0, 100.0)
+            .with(vec![route("/shop"), http_status(200)])
+            .add();
+        let call = (s.client(trace, "gateway", "GET"))
+            .under(g)
+            .at(1.0, 99.0)
+            .with(vec![peer("api"), template("/cart"), http_status(200)])
+            .add();
+        let api = (s.server(trace, "api", "GET /cart"))
+            .under(call)
+            .at(2.0, 98.0)
+            .with(vec![route("/cart"), http_status(200)])
+            .add();
+        let callees: &[&str] = if trace == 1 {
+            &["good", "bad"]
+        } else {
+            &["good"]
+        };
+        for (i, callee) in callees.iter().enumerate() {
+            let t = 3.0 + 40.0 * i as f64;
+            let out = (s.client(trace, "api", "GET"))
+                .under(api)
+                .at(t, t + 30.0)
+                .with(vec![peer(callee), template("/item"), http_status(200)])
+                .add();
+            (s.server(trace, callee, "GET /item"))
+                .under(out)
+                .at(t + 1.0, t + 29.0)
+                .with(vec![route("/item"), http_status(200)])
+                .add();
+        }
+    }
+    let r = report(&s).await;
+    let answer = what_if(&r, &[("bad".into(), 1.0)], None);
+    let success = |service: &str| {
+        (answer.layers.iter())
+            .find(|l| l.service == service)
+            .unwrap()
+            .success_probability
+    };
+    for (service, expected) in [
+        ("bad", 0.0),
+        ("api", 0.75),
+        ("gateway", 0.75),
+        ("good", 1.0),
+    ] {
+        assert!(
+            (success(service) - expected).abs() < 1e-12,
+            "{service}: {} vs {expected}",
+            success(service)
+        );
+    }
+}
