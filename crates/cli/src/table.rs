@@ -159,6 +159,23 @@ pub fn report(r: &Report, all_orphans: bool) -> String {
     );
 
     let _ = writeln!(out, "\nFindings");
+    // Per kind, how many the window holds where a kind lists only its highest counts
+    // (`report.max_findings_per_kind`): at width, a few hundred of ~160,000.
+    if (r.finding_totals.iter()).any(|t| t.listed < t.findings) {
+        let rows: Vec<Vec<String>> = (r.finding_totals.iter())
+            .map(|t| {
+                vec![
+                    t.severity.clone(),
+                    t.kind.clone(),
+                    t.findings.to_string(),
+                    t.listed.to_string(),
+                    t.count.to_string(),
+                ]
+            })
+            .collect();
+        out += &grid(&["severity", "kind", "findings", "listed", "count"], &rows);
+        let _ = writeln!(out, "\nListed, the highest counts of each kind first");
+    }
     let rows: Vec<Vec<String>> = r
         .findings
         .iter()
@@ -424,7 +441,36 @@ pub fn whatif(w: &stormglass_analytics::whatif::WhatIf) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stormglass_analytics::report::Orphan;
+    use stormglass_analytics::report::{FindingTotal, Orphan};
+
+    /// Where a kind of finding lists only its highest counts, the table says per kind how
+    /// many the window holds; where every finding is listed, it lists them alone.
+    #[test]
+    fn findings_say_how_many_each_kind_holds() {
+        let total = |kind: &str, findings: u64, listed: u64| FindingTotal {
+            kind: kind.into(),
+            severity: "warning".into(),
+            findings,
+            listed,
+            count: 3 * findings,
+        };
+        let mut wide = Report {
+            finding_totals: vec![total("not_propagated", 1, 1), total("clock_skew", 900, 100)],
+            ..Report::default()
+        };
+        let text = report(&wide, false);
+        let row = text.lines().find(|l| l.contains("clock_skew")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["warning", "clock_skew", "900", "100", "2700"],
+            "{text}"
+        );
+        assert!(text.contains("highest counts of each kind first"), "{text}");
+        wide.finding_totals[1].listed = 900;
+        let text = report(&wide, false);
+        assert!(!text.contains("clock_skew"), "{text}");
+    }
 
     /// The table lists the 20 orphan pairs with the most work after cancel and counts the
     /// rest; `--all` lists every one.
