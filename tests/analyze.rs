@@ -7,16 +7,10 @@ use stormglass_testkit::fixtures;
 
 use std::path::{Path, PathBuf};
 
-use common::{Server, get, stormglass, write_jsonl};
+use common::{Server, TempDir, get, stormglass, temp_dir, write_jsonl};
 use fixtures::Spans;
 use prost::Message;
 use serde_json::Value;
-
-fn dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stormglass-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -88,7 +82,7 @@ fn edge<'v>(report: &'v Value, caller: &str, callee: &str) -> &'v Value {
 /// the alerts whose conditions hold.
 #[test]
 fn analyze_every_format_into_one_report() {
-    let d = dir("analyze");
+    let d = temp_dir("analyze");
     let mut storm = Spans::default();
     fixtures::storm(&mut storm, 1);
     write_jsonl(&d.join("storm.jsonl"), &storm, Some("{not json"));
@@ -173,7 +167,7 @@ fn analyze_every_format_into_one_report() {
 /// A file that cannot be read is named; with nothing readable the command fails.
 #[test]
 fn analyze_names_unreadable_files() {
-    let d = dir("unreadable");
+    let d = temp_dir("unreadable");
     let bad = d.join("bad.pb");
     std::fs::write(&bad, [0xff, 0xff, 0xff]).unwrap();
     let (ok, _, stderr) = stormglass(&["analyze", path(&bad), path(&d.join("missing.json"))]);
@@ -185,7 +179,7 @@ fn analyze_names_unreadable_files() {
 /// Ad hoc SQL sees the span table, the derived tables and the report tables.
 #[test]
 fn query_reads_views() {
-    let d = dir("query");
+    let d = temp_dir("query");
     let mut storm = Spans::default();
     fixtures::storm(&mut storm, 1);
     let file = d.join("storm.json");
@@ -229,7 +223,7 @@ fn query_reads_views() {
 /// `analyze` computes from a file.
 #[test]
 fn live_report_matches_offline() {
-    let d = dir("live");
+    let d = temp_dir("live");
     let mut spans = Spans::default();
     fixtures::storm(&mut spans, 1);
     fixtures::unsafe_post(&mut spans, 2);
@@ -269,7 +263,7 @@ fn live_report_matches_offline() {
 /// the figures of one copy; live, each copy is counted as a duplicate.
 #[test]
 fn duplicated_requests_give_the_figures_of_one() {
-    let d = dir("duplicates");
+    let d = temp_dir("duplicates");
     let mut spans = Spans::default();
     fixtures::storm(&mut spans, 1);
     fixtures::unsafe_post(&mut spans, 2);
@@ -356,7 +350,7 @@ fn stalled_callee_shows_its_tail() {
 /// window); the edge reports the skew and a clock_skew finding names it.
 #[test]
 fn clock_skew_is_corrected_before_orphan_checks() {
-    let d = dir("skew");
+    let d = temp_dir("skew");
     let offline = |skew_ms: f64| {
         let all = fixtures::skewed_calls(skew_ms, 1..=28);
         let file = d.join(format!("skew{skew_ms}.jsonl"));
@@ -429,7 +423,8 @@ fn clock_skew_is_corrected_before_orphan_checks() {
 /// `analyze` over `spans`, and the live report of `serve` fed the same spans; asserts the
 /// two agree on every figure and returns the offline report.
 fn offline_and_live(name: &str, spans: &Spans) -> Value {
-    let file = dir(name).join("spans.jsonl");
+    let d = temp_dir(name);
+    let file = d.join("spans.jsonl");
     write_jsonl(&file, spans, None);
     let (offline, _) = analyze_json(&file);
     let server = Server::start(&[
@@ -600,7 +595,7 @@ fn sampled_traces_count_by_their_adjusted_count() {
     fixtures::storm(&mut spans, 1);
     fixtures::unsafe_post(&mut spans, 2);
     fixtures::pending_orphans(&mut spans, 3);
-    let d = dir("sampling");
+    let d = temp_dir("sampling");
     let plain = d.join("plain.jsonl");
     write_jsonl(&plain, &spans, None);
     let (kept, _) = analyze_json(&plain);
@@ -727,7 +722,7 @@ fn exactness_agrees_live_and_offline() {
 /// 0 when nothing does, and 2 for a name it does not know or input it cannot read.
 #[test]
 fn fail_on_gates_a_deploy() {
-    let d = dir("gate");
+    let d = temp_dir("gate");
     let mut unsafe_spans = Spans::default();
     fixtures::unsafe_post(&mut unsafe_spans, 1);
     let unsafe_file = d.join("unsafe.jsonl");
@@ -798,7 +793,7 @@ fn fail_on_gates_a_deploy() {
 /// the traces do not have, or a malformed failure, is an error (exit 2, 400).
 #[test]
 fn what_if_offline_and_live() {
-    let d = dir("whatif");
+    let d = temp_dir("whatif");
     let mut spans = Spans::default();
     fixtures::storm(&mut spans, 1);
     let file = d.join("storm.jsonl");
@@ -857,7 +852,7 @@ fn what_if_offline_and_live() {
 /// once, exit 2.
 #[test]
 fn check_budget_on_its_own_against_traffic_and_emitted() {
-    let d = dir("budget");
+    let d = temp_dir("budget");
     let write = |name: &str, text: &str| {
         let path = d.join(name);
         std::fs::write(&path, text).unwrap();
@@ -981,13 +976,27 @@ fn listed_by_name(edges: &Value) -> bool {
     keys.windows(2).all(|w| w[0] <= w[1])
 }
 
-/// The 400-service mesh of the width tests (3,000 traces, ~4,000 edges), written to a file.
-fn wide_mesh_file(name: &str) -> (Spans, stormglass_testkit::mesh::Mesh, PathBuf) {
+/// The 400-service mesh of the width tests (3,000 traces, ~4,000 edges), written to a file
+/// in the directory returned with it.
+struct WideMesh {
+    spans: Spans,
+    mesh: stormglass_testkit::mesh::Mesh,
+    file: PathBuf,
+    dir: TempDir,
+}
+
+fn wide_mesh_file(name: &str) -> WideMesh {
     let mut spans = Spans::default();
     let mesh = stormglass_testkit::mesh::wide_mesh(&mut spans, 400, 3000);
-    let file = dir(name).join("mesh.jsonl");
+    let dir = temp_dir(name);
+    let file = dir.join("mesh.jsonl");
     write_jsonl(&file, &spans, None);
-    (spans, mesh, file)
+    WideMesh {
+        spans,
+        mesh,
+        file,
+        dir,
+    }
 }
 
 /// A mesh of 400 services as a user reads it: the report
@@ -997,7 +1006,12 @@ fn wide_mesh_file(name: &str) -> (Spans, stormglass_testkit::mesh::Mesh, PathBuf
 /// operation (every service's layer tail) instead of the operation it guards.
 #[test]
 fn a_wide_mesh_stays_readable_and_judged_per_operation() {
-    let (_, mesh, file) = wide_mesh_file("wide-mesh");
+    let WideMesh {
+        mesh,
+        file,
+        dir: _dir,
+        ..
+    } = wide_mesh_file("wide-mesh");
     // By default, the worst 200 edges and layers, saying how many there are.
     let (shown, _) = analyze_json(&file);
     assert_eq!(shown["edges"].as_array().unwrap().len(), 200);
@@ -1164,7 +1178,12 @@ fn a_wide_mesh_stays_readable_and_judged_per_operation() {
 /// configurations keep every edge whatever the limit.
 #[test]
 fn advice_at_width_lists_the_worst_and_configures_all() {
-    let (_, mesh, file) = wide_mesh_file("wide-advice");
+    let WideMesh {
+        mesh,
+        file,
+        dir: _dir,
+        ..
+    } = wide_mesh_file("wide-advice");
     let advise = |args: &[&str]| {
         let mut all = vec!["advise"];
         all.extend_from_slice(args);
@@ -1210,7 +1229,9 @@ fn advice_at_width_lists_the_worst_and_configures_all() {
 /// `--fail` names a few services and counts the rest instead of listing all 400.
 #[test]
 fn replay_and_whatif_at_width_list_the_worst_with_totals() {
-    let (_, mesh, file) = wide_mesh_file("wide-replay");
+    let WideMesh {
+        mesh, file, dir, ..
+    } = wide_mesh_file("wide-replay");
     let run = |args: &[&str]| {
         let mut all = args.to_vec();
         all.push(path(&file));
@@ -1218,7 +1239,7 @@ fn replay_and_whatif_at_width_list_the_worst_with_totals() {
         assert!(ok, "{args:?}: {stderr}");
         out
     };
-    let policy = dir("wide-replay").join("policy.json");
+    let policy = dir.join("policy.json");
     std::fs::write(&policy, run(&["advise", "--format", "json"])).unwrap();
     let replay = |args: &[&str]| -> Value {
         let mut all = vec!["replay", "--format", "json", "--policy", path(&policy)];
@@ -1301,7 +1322,12 @@ fn replay_and_whatif_at_width_list_the_worst_with_totals() {
 /// (tests/run.sh installs both).
 #[test]
 fn the_page_shows_the_worst_of_a_wide_mesh() {
-    let (spans, mesh, file) = wide_mesh_file("wide-page");
+    let WideMesh {
+        spans,
+        mesh,
+        file,
+        dir: _dir,
+    } = wide_mesh_file("wide-page");
     let (offline, _) = analyze_json(&file);
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "200ms"),

@@ -342,6 +342,8 @@ struct Stack {
     alertmanager: Daemon,
     prometheus_url: String,
     alertmanager_url: String,
+    /// Prometheus's and Alertmanager's files, removed after both stop (fields drop in order).
+    _dir: common::TempDir,
 }
 
 impl Stack {
@@ -379,6 +381,7 @@ impl Stack {
             alertmanager,
             prometheus_url,
             alertmanager_url,
+            _dir: dir,
         }
     }
 

@@ -105,7 +105,7 @@ fn report_with_from(server: &Server, caller: &str, edges: &[(&str, &str)], attem
 
 /// `serve` archiving into a fresh directory `name`, releasing traces `idle` after their last
 /// span.
-fn serve_archiving(name: &str, idle: &str) -> (Server, std::path::PathBuf) {
+fn serve_archiving(name: &str, idle: &str) -> (Server, common::TempDir) {
     let dir = common::temp_dir(name);
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", idle),
@@ -129,7 +129,7 @@ const SLOW: &str = "6s";
 /// [`serve_archiving`] releasing after `idle`, and tests/python/`name`.py (after the
 /// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
 /// archive directory and what the script printed.
-fn serve_and_run(name: &str, count: u64, idle: &str) -> (Server, std::path::PathBuf, Vec<u8>) {
+fn serve_and_run(name: &str, count: u64, idle: &str) -> (Server, common::TempDir, Vec<u8>) {
     serve_and_run_after(&["otel_stack.py"], name, count, idle)
 }
 
@@ -139,7 +139,7 @@ fn serve_and_run_after(
     name: &str,
     count: u64,
     idle: &str,
-) -> (Server, std::path::PathBuf, Vec<u8>) {
+) -> (Server, common::TempDir, Vec<u8>) {
     let (server, dir) = serve_archiving(name, idle);
     let read = |file: &str| {
         std::fs::read_to_string(common::repo_root().join("tests/python").join(file)).unwrap()
