@@ -8,9 +8,8 @@
 //!   requests; 1 for a caller without requests in the window), `k_e` of them always and one
 //!   more on a share `r_e` of the requests (`f_e = k_e + r_e`):
 //!   `q(s) = 1 - prod over its edges e (1 - p_e)^k_e (1 - r_e p_e)`, `p_e = q(callee)^m_e`
-//!   the probability that a call fails, edges to services that do not fail adding nothing.
-//!   At width a service calls many edges, each on a few of its requests: read as a call of
-//!   every edge on every request, one failing callee failed all of them;
+//!   the probability that a call fails, edges to services that do not fail adding nothing
+//!   (at width a service calls many edges, each on a few of its requests);
 //! * an edge whose callee fails with probability `q` sends `(1 - q^m) / (1 - q)` attempts per
 //!   call on average (`m` when `q = 1`), `m` being the edge's attempts per call at most
 //!   (its largest attempt number + 1);
@@ -836,7 +835,6 @@ mod tests {
         assert!((replayed - 1.0).abs() < 0.02, "{replayed} replayed");
     }
 
-    /// `SERVICE=P` and `SERVICE:P` parse; anything else is an error saying what is expected.
     /// A limited listing keeps the layers the failure reaches before busier ones it leaves
     /// alone: at width, callers that do not retry keep amplification 1 but fail.
     #[test]
@@ -865,6 +863,7 @@ mod tests {
         assert_eq!(answer.listing.layers, 4);
     }
 
+    /// `SERVICE=P` and `SERVICE:P` parse; anything else is an error saying what is expected.
     #[test]
     fn failures_parse() {
         assert_eq!(parse_failure("db=1"), Ok(("db".into(), 1.0)));
