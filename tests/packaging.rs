@@ -172,9 +172,7 @@ fn prometheusrule_is_the_generated_rules() {
     let file = &documents("dashboards/prometheus/stormglass-rules.yml")[0];
     assert_eq!(rule["spec"], *file, "the same groups as the rule file");
 
-    let dir =
-        std::env::temp_dir().join(format!("stormglass-prometheusrule-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("prometheusrule");
     let spec = dir.join("spec.yml");
     std::fs::write(&spec, serde_json::to_string(&rule["spec"]).unwrap()).unwrap();
     let checked = run(
@@ -182,5 +180,4 @@ fn prometheusrule_is_the_generated_rules() {
         &["check", "rules", spec.to_str().unwrap()],
     );
     assert!(checked.contains("SUCCESS: 86 rules found"), "{checked}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

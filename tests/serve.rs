@@ -238,8 +238,7 @@ fn span_bound_is_retryable_and_visible() {
 /// A bad configuration stops start-up with every problem named by its key.
 #[test]
 fn config_errors_name_the_key() {
-    let dir = std::env::temp_dir().join(format!("stormglass-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("e2e");
     let path = dir.join("bad.toml");
     let mut file = std::fs::File::create(&path).unwrap();
     writeln!(
