@@ -84,8 +84,9 @@ fn write(dir: &Path, spans: &Spans) -> String {
 /// into what the caller has; the budget table passes `check-budget`; the text names why.
 #[test]
 fn advice_keeps_retries_at_the_deepest_layer() {
-    let dir = temp_dir("advise");
-    let file = write(&dir, &two_retrying_layers(40));
+    let scratch = temp_dir("advise");
+    let dir = scratch.path();
+    let file = write(dir, &two_retrying_layers(40));
     let (ok, stdout, stderr) = stormglass(&["advise", "--format", "json", &file]);
     assert!(ok, "{stderr}");
     let advice: Value = serde_json::from_str(&stdout).unwrap();
@@ -182,8 +183,9 @@ fn advised_edge(advice: &Value, callee: &str) -> Value {
 /// `inventory` tries once; the budget table names the sequence and passes `check-budget`.
 #[test]
 fn sequential_calls_fit_the_callers_budget_together() {
-    let dir = temp_dir("advise-sequential");
-    let alone = advise_json(&dir, &reserve_then_charge(false));
+    let scratch = temp_dir("advise-sequential");
+    let dir = scratch.path();
+    let alone = advise_json(dir, &reserve_then_charge(false));
     assert_eq!(
         advised_edge(&alone, "inventory")["max_attempts"],
         3,
@@ -192,7 +194,7 @@ fn sequential_calls_fit_the_callers_budget_together() {
     assert!(alone.get("sequential").is_none(), "{alone:#}");
 
     let spans = reserve_then_charge(true);
-    let advice = advise_json(&dir, &spans);
+    let advice = advise_json(dir, &spans);
     assert_eq!(
         advice["sequential"],
         json!({"order": ["inventory", "payment"]}),
@@ -210,7 +212,7 @@ fn sequential_calls_fit_the_callers_budget_together() {
         "{advice:#}"
     );
 
-    let file = write(&dir, &spans);
+    let file = write(dir, &spans);
     let (ok, text, stderr) = stormglass(&["advise", &file]);
     assert!(ok, "{stderr}");
     assert!(text.contains("\norder: inventory, payment\n"), "{text}");
@@ -231,8 +233,9 @@ fn sequential_calls_fit_the_callers_budget_together() {
 /// attempts against a server that always answers UNAVAILABLE.
 #[test]
 fn grpc_service_config_is_obeyed_by_grpcio() {
-    let dir = temp_dir("advise-grpc");
-    let file = write(&dir, &two_retrying_layers(40));
+    let scratch = temp_dir("advise-grpc");
+    let dir = scratch.path();
+    let file = write(dir, &two_retrying_layers(40));
     let (ok, stdout, stderr) = stormglass(&["advise", "--format", "grpc", &file]);
     assert!(ok, "{stderr}");
     let configs: Value = serde_json::from_str(&stdout).unwrap();
@@ -273,8 +276,9 @@ fn grpc_service_config_is_obeyed_by_grpcio() {
 #[test]
 fn live_advice_is_the_files_advice() {
     let spans = two_retrying_layers(40);
-    let dir = temp_dir("advise-live");
-    let file = write(&dir, &spans);
+    let scratch = temp_dir("advise-live");
+    let dir = scratch.path();
+    let file = write(dir, &spans);
     let (ok, stdout, stderr) = stormglass(&["advise", "--format", "json", &file]);
     assert!(ok, "{stderr}");
     let offline: Value = serde_json::from_str(&stdout).unwrap();
@@ -340,8 +344,9 @@ fn advise_yaml(file: &str, format: &str) -> Vec<Value> {
 /// route with a field Envoy does not know.
 #[test]
 fn envoy_config_parses_in_envoys_api() {
-    let dir = temp_dir("advise-envoy");
-    let file = write(&dir, &two_retrying_layers(40));
+    let scratch = temp_dir("advise-envoy");
+    let dir = scratch.path();
+    let file = write(dir, &two_retrying_layers(40));
     let config = advise_yaml(&file, "envoy").remove(0);
     let script = std::fs::read_to_string(repo_root().join("tests/python/envoy_config.py")).unwrap();
     let checked: Value = serde_json::from_slice(&python(&script, &[&config.to_string()])).unwrap();
@@ -386,8 +391,9 @@ fn mesh_objects_follow_the_upstream_schemas() {
         js.join("node_modules/@kubernetes-models/istio").is_dir(),
         "run `npm ci` in tests/js (tests/run.sh does) for the mesh schema test"
     );
-    let dir = temp_dir("advise-mesh");
-    let file = write(&dir, &two_retrying_layers(40));
+    let scratch = temp_dir("advise-mesh");
+    let dir = scratch.path();
+    let file = write(dir, &two_retrying_layers(40));
     for (format, kinds) in [
         ("istio", vec!["VirtualService", "DestinationRule"]),
         ("gateway-api", vec!["HTTPRoute", "XBackendTrafficPolicy"]),
@@ -447,8 +453,9 @@ fn mesh_objects_follow_the_upstream_schemas() {
 /// allows.
 #[test]
 fn replay_and_whatif_under_a_policy() {
-    let dir = temp_dir("advise-replay");
-    let file = write(&dir, &two_retrying_layers(40));
+    let scratch = temp_dir("advise-replay");
+    let dir = scratch.path();
+    let file = write(dir, &two_retrying_layers(40));
     let one_attempt = dir.join("one-attempt.json");
     std::fs::write(
         &one_attempt,
@@ -630,7 +637,8 @@ fn demo(scenario: &str, archive: &Path, policy: Option<&Path>) -> (f64, f64) {
 /// 10%); the healthy scenario's effective success moves by under half a point.
 #[test]
 fn the_demo_obeys_the_advised_policy() {
-    let dir = temp_dir("advise-demo");
+    let scratch = temp_dir("advise-demo");
+    let dir = scratch.path();
     let advise = |archive: &Path, name: &str, config: &[&str]| {
         let mut args = vec!["advise", "--format", "json", archive.to_str().unwrap()];
         args.extend(config);

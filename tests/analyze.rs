@@ -7,7 +7,7 @@ use stormglass_testkit::fixtures;
 
 use std::path::{Path, PathBuf};
 
-use common::{Server, TempDir, get, stormglass, temp_dir, write_jsonl};
+use common::{Server, get, stormglass, temp_dir, write_jsonl};
 use fixtures::Spans;
 use prost::Message;
 use serde_json::Value;
@@ -82,7 +82,8 @@ fn edge<'v>(report: &'v Value, caller: &str, callee: &str) -> &'v Value {
 /// the alerts whose conditions hold.
 #[test]
 fn analyze_every_format_into_one_report() {
-    let d = temp_dir("analyze");
+    let scratch = temp_dir("analyze");
+    let d = scratch.path();
     let mut storm = Spans::default();
     fixtures::storm(&mut storm, 1);
     write_jsonl(&d.join("storm.jsonl"), &storm, Some("{not json"));
@@ -167,7 +168,8 @@ fn analyze_every_format_into_one_report() {
 /// A file that cannot be read is named; with nothing readable the command fails.
 #[test]
 fn analyze_names_unreadable_files() {
-    let d = temp_dir("unreadable");
+    let scratch = temp_dir("unreadable");
+    let d = scratch.path();
     let bad = d.join("bad.pb");
     std::fs::write(&bad, [0xff, 0xff, 0xff]).unwrap();
     let (ok, _, stderr) = stormglass(&["analyze", path(&bad), path(&d.join("missing.json"))]);
@@ -179,7 +181,8 @@ fn analyze_names_unreadable_files() {
 /// Ad hoc SQL sees the span table, the derived tables and the report tables.
 #[test]
 fn query_reads_views() {
-    let d = temp_dir("query");
+    let scratch = temp_dir("query");
+    let d = scratch.path();
     let mut storm = Spans::default();
     fixtures::storm(&mut storm, 1);
     let file = d.join("storm.json");
@@ -223,7 +226,8 @@ fn query_reads_views() {
 /// `analyze` computes from a file.
 #[test]
 fn live_report_matches_offline() {
-    let d = temp_dir("live");
+    let scratch = temp_dir("live");
+    let d = scratch.path();
     let mut spans = Spans::default();
     fixtures::storm(&mut spans, 1);
     fixtures::unsafe_post(&mut spans, 2);
@@ -263,7 +267,8 @@ fn live_report_matches_offline() {
 /// the figures of one copy; live, each copy is counted as a duplicate.
 #[test]
 fn duplicated_requests_give_the_figures_of_one() {
-    let d = temp_dir("duplicates");
+    let scratch = temp_dir("duplicates");
+    let d = scratch.path();
     let mut spans = Spans::default();
     fixtures::storm(&mut spans, 1);
     fixtures::unsafe_post(&mut spans, 2);
@@ -350,7 +355,8 @@ fn stalled_callee_shows_its_tail() {
 /// window); the edge reports the skew and a clock_skew finding names it.
 #[test]
 fn clock_skew_is_corrected_before_orphan_checks() {
-    let d = temp_dir("skew");
+    let scratch = temp_dir("skew");
+    let d = scratch.path();
     let offline = |skew_ms: f64| {
         let all = fixtures::skewed_calls(skew_ms, 1..=28);
         let file = d.join(format!("skew{skew_ms}.jsonl"));
@@ -423,7 +429,8 @@ fn clock_skew_is_corrected_before_orphan_checks() {
 /// `analyze` over `spans`, and the live report of `serve` fed the same spans; asserts the
 /// two agree on every figure and returns the offline report.
 fn offline_and_live(name: &str, spans: &Spans) -> Value {
-    let d = temp_dir(name);
+    let scratch = temp_dir(name);
+    let d = scratch.path();
     let file = d.join("spans.jsonl");
     write_jsonl(&file, spans, None);
     let (offline, _) = analyze_json(&file);
@@ -595,7 +602,8 @@ fn sampled_traces_count_by_their_adjusted_count() {
     fixtures::storm(&mut spans, 1);
     fixtures::unsafe_post(&mut spans, 2);
     fixtures::pending_orphans(&mut spans, 3);
-    let d = temp_dir("sampling");
+    let scratch = temp_dir("sampling");
+    let d = scratch.path();
     let plain = d.join("plain.jsonl");
     write_jsonl(&plain, &spans, None);
     let (kept, _) = analyze_json(&plain);
@@ -722,7 +730,8 @@ fn exactness_agrees_live_and_offline() {
 /// 0 when nothing does, and 2 for a name it does not know or input it cannot read.
 #[test]
 fn fail_on_gates_a_deploy() {
-    let d = temp_dir("gate");
+    let scratch = temp_dir("gate");
+    let d = scratch.path();
     let mut unsafe_spans = Spans::default();
     fixtures::unsafe_post(&mut unsafe_spans, 1);
     let unsafe_file = d.join("unsafe.jsonl");
@@ -793,7 +802,8 @@ fn fail_on_gates_a_deploy() {
 /// the traces do not have, or a malformed failure, is an error (exit 2, 400).
 #[test]
 fn what_if_offline_and_live() {
-    let d = temp_dir("whatif");
+    let scratch = temp_dir("whatif");
+    let d = scratch.path();
     let mut spans = Spans::default();
     fixtures::storm(&mut spans, 1);
     let file = d.join("storm.jsonl");
@@ -852,7 +862,8 @@ fn what_if_offline_and_live() {
 /// once, exit 2.
 #[test]
 fn check_budget_on_its_own_against_traffic_and_emitted() {
-    let d = temp_dir("budget");
+    let scratch = temp_dir("budget");
+    let d = scratch.path();
     let write = |name: &str, text: &str| {
         let path = d.join(name);
         std::fs::write(&path, text).unwrap();
@@ -982,14 +993,14 @@ struct WideMesh {
     spans: Spans,
     mesh: stormglass_testkit::mesh::Mesh,
     file: PathBuf,
-    dir: TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn wide_mesh_file(name: &str) -> WideMesh {
     let mut spans = Spans::default();
     let mesh = stormglass_testkit::mesh::wide_mesh(&mut spans, 400, 3000);
     let dir = temp_dir(name);
-    let file = dir.join("mesh.jsonl");
+    let file = dir.path().join("mesh.jsonl");
     write_jsonl(&file, &spans, None);
     WideMesh {
         spans,
@@ -1239,7 +1250,7 @@ fn replay_and_whatif_at_width_list_the_worst_with_totals() {
         assert!(ok, "{args:?}: {stderr}");
         out
     };
-    let policy = dir.join("policy.json");
+    let policy = dir.path().join("policy.json");
     std::fs::write(&policy, run(&["advise", "--format", "json"])).unwrap();
     let replay = |args: &[&str]| -> Value {
         let mut all = vec!["replay", "--format", "json", "--policy", path(&policy)];

@@ -82,8 +82,9 @@ fn duckdb(dir: &Path, sql: &str) -> Value {
 /// DIR` over the archive gives the live window's figures.
 #[test]
 fn the_archive_holds_every_accepted_span_and_analyses_like_the_live_window() {
-    let dir = common::temp_dir("archive-whole");
-    let server = start(&dir, "500ms");
+    let scratch = common::temp_dir("archive-whole");
+    let dir = scratch.path();
+    let server = start(dir, "500ms");
     storms(&server, 4);
     let accepted = 4.0 * STORM;
     server.wait_until("every span analysed and archived", |s| {
@@ -106,7 +107,7 @@ fn the_archive_holds_every_accepted_span_and_analyses_like_the_live_window() {
     let live = report(&server);
     assert_eq!(logical_calls(&live, "inventory", "db"), 4.0 * 9.0);
 
-    let offline = analyze(&dir);
+    let offline = analyze(dir);
     assert_eq!(figures(&offline), figures(&live));
     let (ok, stdout, stderr) = stormglass(&[
         "query",
@@ -121,13 +122,13 @@ fn the_archive_holds_every_accepted_span_and_analyses_like_the_live_window() {
     assert_eq!(rows[0]["n"], 4 * (1 + 3 + 9), "{rows}");
 
     let counts = duckdb(
-        &dir,
+        dir,
         "SELECT COUNT(*), COUNT(DISTINCT trace_id), COUNT(*) FILTER (WHERE span_name = 'GET /checkout'), COUNT(*) FILTER (WHERE service_name = 'inventory' AND kind = 'client' AND attempt = 2) FROM spans",
     );
     assert_eq!(counts, serde_json::json!([4 * 52, 4, 4, 4 * 3 * 3]));
     let (ok, stderr) = server.terminate();
     assert!(ok, "{stderr}");
-    let names: Vec<String> = std::fs::read_dir(&dir)
+    let names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
@@ -146,9 +147,10 @@ fn the_archive_holds_every_accepted_span_and_analyses_like_the_live_window() {
 /// (report and gauges as before the crash) while the counters restart from zero.
 #[test]
 fn after_a_crash_the_archive_is_readable_and_a_restart_restores_the_window() {
-    let dir = common::temp_dir("archive-crash");
+    let scratch = common::temp_dir("archive-crash");
+    let dir = scratch.path();
     // Files close 3 s after their first span: the second batch is still open at the kill.
-    let server = start(&dir, "3s");
+    let server = start(dir, "3s");
     storms(&server, 3);
     server.wait_until("the first storms archived", |s| {
         s.metric("stormglass_archive_spans_total", &[]) == 3.0 * STORM
@@ -159,7 +161,7 @@ fn after_a_crash_the_archive_is_readable_and_a_restart_restores_the_window() {
         s.metric("stormglass_archive_unflushed_spans", &[]) == 2.0 * STORM
     });
     server.crash();
-    let torn: Vec<String> = std::fs::read_dir(&dir)
+    let torn: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".tmp"))
@@ -167,11 +169,11 @@ fn after_a_crash_the_archive_is_readable_and_a_restart_restores_the_window() {
     assert_eq!(torn.len(), 1, "the open file is left torn by the kill");
 
     // The archive after the crash: exactly the three storms of the closed files.
-    let offline = analyze(&dir);
+    let offline = analyze(dir);
     assert_eq!(logical_calls(&offline, "gateway", "orders"), 3.0);
     assert_eq!(logical_calls(&offline, "inventory", "db"), 3.0 * 9.0);
 
-    let restarted = start(&dir, "3s");
+    let restarted = start(dir, "3s");
     let restored = report(&restarted);
     assert_eq!(
         figures(&restored),
@@ -179,7 +181,7 @@ fn after_a_crash_the_archive_is_readable_and_a_restart_restores_the_window() {
         "the window comes back"
     );
     assert!(
-        std::fs::read_dir(&dir).unwrap().all(|e| !e
+        std::fs::read_dir(dir).unwrap().all(|e| !e
             .unwrap()
             .file_name()
             .to_string_lossy()
@@ -209,7 +211,7 @@ fn after_a_crash_the_archive_is_readable_and_a_restart_restores_the_window() {
         stderr.contains("rebuilt the window from the archive"),
         "{stderr}"
     );
-    assert_eq!(logical_calls(&analyze(&dir), "gateway", "orders"), 4.0);
+    assert_eq!(logical_calls(&analyze(dir), "gateway", "orders"), 4.0);
 }
 
 /// A `kill -9` in the middle of a load (`stormglass load`, OTLP/gRPC, 4 requests in flight)
@@ -217,8 +219,9 @@ fn after_a_crash_the_archive_is_readable_and_a_restart_restores_the_window() {
 /// span the archive had reported visible before the kill.
 #[test]
 fn a_kill_during_load_leaves_every_visible_file_readable() {
-    let dir = common::temp_dir("archive-kill-load");
-    let server = start(&dir, "200ms");
+    let scratch = common::temp_dir("archive-kill-load");
+    let dir = scratch.path();
+    let server = start(dir, "200ms");
     let mut load = std::process::Command::new(env!("CARGO_BIN_EXE_stormglass"))
         .args(["load", "--endpoint", &server.grpc, "--duration", "20s"])
         .args([
@@ -241,7 +244,7 @@ fn a_kill_during_load_leaves_every_visible_file_readable() {
     let _ = load.kill();
     let _ = load.wait();
 
-    let offline = analyze(&dir);
+    let offline = analyze(dir);
     let spans = offline["window"]["spans"].as_f64().unwrap();
     assert!(
         spans >= visible,
@@ -254,7 +257,8 @@ fn a_kill_during_load_leaves_every_visible_file_readable() {
 /// over both directories give exactly what they give over one archive of every trace.
 #[test]
 fn archives_of_several_instances_read_as_one() {
-    let root = common::temp_dir("archive-shards");
+    let scratch = common::temp_dir("archive-shards");
+    let root = scratch.path();
     let (one, two, all) = (root.join("one"), root.join("two"), root.join("all"));
     for (dir, count) in [(&one, 2), (&two, 3), (&all, 5)] {
         let server = start(dir, "200ms");

@@ -117,7 +117,8 @@ fn documented() -> BTreeSet<String> {
 /// exactly the documented families (TLS's only with TLS on).
 #[test]
 fn metrics_reference_lists_what_metrics_exports() {
-    let dir = common::temp_dir("docs-metrics");
+    let scratch = common::temp_dir("docs-metrics");
+    let dir = scratch.path();
     let baseline = dir.join("baseline.json");
     std::fs::write(
         &baseline,
@@ -176,7 +177,8 @@ const FIGURE_TABLES: [(&str, &str, &[&str]); 3] = [
 /// without its line, or a line left for a figure gone, fails here.
 #[test]
 fn figures_reference_lists_every_figure() {
-    let dir = common::temp_dir("docs-figures");
+    let scratch = common::temp_dir("docs-figures");
+    let dir = scratch.path();
     let mut spans = stormglass_testkit::fixtures::Spans::default();
     stormglass_testkit::fixtures::storm(&mut spans, 1);
     let file = dir.join("storm.jsonl");

@@ -128,7 +128,8 @@ fn refusals_are_counted_not_hidden() {
 /// once, with backoff, after a failure, and every logical call ends in success.
 #[test]
 fn synthetic_parquet_analyses_into_its_shape() {
-    let dir = common::temp_dir("load-parquet");
+    let scratch = common::temp_dir("load-parquet");
+    let dir = scratch.path();
     let file = dir.join("spans.parquet");
     let (ok, _, stderr) = stormglass(&[
         "load",
@@ -168,7 +169,8 @@ fn synthetic_parquet_analyses_into_its_shape() {
 /// over the fully analysed spans.
 #[test]
 fn spans_only_query_scans_parquet_without_analysing() {
-    let dir = common::temp_dir("load-query");
+    let scratch = common::temp_dir("load-query");
+    let dir = scratch.path();
     let file = dir.join("spans.parquet");
     let file = file.to_str().unwrap();
     let (ok, _, stderr) = stormglass(&["load", "--write-parquet", file, "--spans", "5000"]);

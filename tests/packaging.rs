@@ -172,7 +172,9 @@ fn prometheusrule_is_the_generated_rules() {
     let file = &documents("dashboards/prometheus/stormglass-rules.yml")[0];
     assert_eq!(rule["spec"], *file, "the same groups as the rule file");
 
-    let dir = common::temp_dir("prometheusrule");
+    let scratch = common::temp_dir("prometheusrule");
+
+    let dir = scratch.path();
     let spec = dir.join("spec.yml");
     std::fs::write(&spec, serde_json::to_string(&rule["spec"]).unwrap()).unwrap();
     let checked = run(

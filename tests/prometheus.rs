@@ -121,7 +121,8 @@ fn shipped_rules_and_configs_pass_promtool_and_amtool() {
         })
         .collect();
     assert!(filled.contains("pagerduty_configs") && filled.contains("slack_configs"));
-    let dir = temp_dir("alertmanager-example");
+    let scratch = temp_dir("alertmanager-example");
+    let dir = scratch.path();
     std::fs::write(dir.join("alertmanager.yml"), filled).unwrap();
     let checked = run_tool(
         "amtool",
@@ -187,7 +188,8 @@ fn shipped_rules_summarise_an_alert_beyond_its_bound_per_caller() {
              runbook_url: \"http://stormglass:9464/runbooks#stormglassdeadlineinversion\"\n"
         )
     };
-    let dir = temp_dir("rules-at-width");
+    let scratch = temp_dir("rules-at-width");
+    let dir = scratch.path();
     std::fs::copy(rules_file(), dir.join("stormglass-rules.yml")).unwrap();
     let test = format!(
         "rule_files:\n  - stormglass-rules.yml\nevaluation_interval: 1m\ntests:\n  \
@@ -343,13 +345,14 @@ struct Stack {
     prometheus_url: String,
     alertmanager_url: String,
     /// Prometheus's and Alertmanager's files, removed after both stop (fields drop in order).
-    _dir: common::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl Stack {
     fn start(name: &str) -> Stack {
-        let dir = temp_dir(name);
-        let (alertmanager, am_port) = start_alertmanager(&dir);
+        let scratch = temp_dir(name);
+        let dir = scratch.path();
+        let (alertmanager, am_port) = start_alertmanager(dir);
         let alertmanager_url = format!("http://127.0.0.1:{am_port}");
 
         let server = Server::start(&[
@@ -364,7 +367,7 @@ impl Stack {
         let prom_port = free_port();
         let prometheus_url = format!("http://127.0.0.1:{prom_port}");
         let prometheus = start_prometheus(
-            &dir,
+            dir,
             prom_port,
             &format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n  external_labels:\n    source: prometheus\n\
@@ -381,7 +384,7 @@ impl Stack {
             alertmanager,
             prometheus_url,
             alertmanager_url,
-            _dir: dir,
+            _dir: scratch,
         }
     }
 
@@ -759,7 +762,8 @@ fn figures_by_cluster(url: &str) -> std::collections::BTreeMap<String, Figures> 
 /// installs from, so the test routes the traces itself: alternately, whole traces.
 #[test]
 fn sharded_instances_sum_to_one_instance() {
-    let dir = temp_dir("sharded");
+    let scratch = temp_dir("sharded");
+    let dir = scratch.path();
     let env = [
         ("STORMGLASS_ASSEMBLY__IDLE", "500ms"),
         ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
@@ -773,7 +777,7 @@ fn sharded_instances_sum_to_one_instance() {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let prometheus = start_prometheus(
-        &dir,
+        dir,
         port,
         &format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
@@ -889,8 +893,9 @@ fn sharded_instances_sum_to_one_instance() {
 /// `for: 2m` could have passed.
 #[test]
 fn a_zero_hold_pages_on_the_first_breach() {
-    let dir = temp_dir("zero-hold");
-    let (alertmanager, am_port) = start_alertmanager(&dir);
+    let scratch = temp_dir("zero-hold");
+    let dir = scratch.path();
+    let (alertmanager, am_port) = start_alertmanager(dir);
     let alertmanager_url = format!("http://127.0.0.1:{am_port}");
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", "1s"),

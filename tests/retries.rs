@@ -105,12 +105,12 @@ fn report_with_from(server: &Server, caller: &str, edges: &[(&str, &str)], attem
 
 /// `serve` archiving into a fresh directory `name`, releasing traces `idle` after their last
 /// span.
-fn serve_archiving(name: &str, idle: &str) -> (Server, common::TempDir) {
+fn serve_archiving(name: &str, idle: &str) -> (Server, tempfile::TempDir) {
     let dir = common::temp_dir(name);
     let server = Server::start(&[
         ("STORMGLASS_ASSEMBLY__IDLE", idle),
         ("STORMGLASS_ANALYTICS__INTERVAL", "1s"),
-        ("STORMGLASS_ARCHIVE__DIR", dir.to_str().unwrap()),
+        ("STORMGLASS_ARCHIVE__DIR", dir.path().to_str().unwrap()),
         ("STORMGLASS_ARCHIVE__FLUSH", "1s"),
         ("STORMGLASS_SHUTDOWN__DRAIN", "0s"),
     ]);
@@ -129,7 +129,7 @@ const SLOW: &str = "6s";
 /// [`serve_archiving`] releasing after `idle`, and tests/python/`name`.py (after the
 /// helpers of tests/python/otel_stack.py) run against it with `count`: the server, the
 /// archive directory and what the script printed.
-fn serve_and_run(name: &str, count: u64, idle: &str) -> (Server, common::TempDir, Vec<u8>) {
+fn serve_and_run(name: &str, count: u64, idle: &str) -> (Server, tempfile::TempDir, Vec<u8>) {
     serve_and_run_after(&["otel_stack.py"], name, count, idle)
 }
 
@@ -139,7 +139,7 @@ fn serve_and_run_after(
     name: &str,
     count: u64,
     idle: &str,
-) -> (Server, common::TempDir, Vec<u8>) {
+) -> (Server, tempfile::TempDir, Vec<u8>) {
     let (server, dir) = serve_archiving(name, idle);
     let read = |file: &str| {
         std::fs::read_to_string(common::repo_root().join("tests/python").join(file)).unwrap()
@@ -159,6 +159,7 @@ fn serve_and_run_after(
 #[test]
 fn unnumbered_retries_of_real_libraries_count() {
     let (server, dir, out) = serve_and_run("unnumbered_retries", CALLS, QUICK);
+    let dir = dir.path();
     assert_eq!(String::from_utf8_lossy(&out).trim(), "sent");
 
     let stacks: Vec<_> = STACKS.iter().map(|(c, o, ..)| (*c, *o)).collect();
@@ -212,6 +213,7 @@ fn assert_payments(report: &Value) {
 #[test]
 fn idempotency_keys_of_real_libraries() {
     let (server, dir, out) = serve_and_run("idempotency_keys", PAYMENTS, QUICK);
+    let dir = dir.path();
     let keys: Vec<String> = serde_json::from_slice(&out).unwrap();
     assert_eq!(keys.len() as u64, PAYMENTS + 2 * PAYMENTS);
 
@@ -291,6 +293,7 @@ fn assert_paced(report: &Value, gaps: &Value) {
 #[test]
 fn retry_after_of_real_libraries() {
     let (server, dir, out) = serve_and_run("retry_after", PACED, SLOW);
+    let dir = dir.path();
     let gaps: Value = serde_json::from_slice(&out).unwrap();
     let stacks = [("api-honoured", "GET"), ("api-ignored", "GET")];
     let live = report_with(&server, &stacks, 2 * PACED);
@@ -331,6 +334,7 @@ fn assert_backoff(report: &Value) {
 #[test]
 fn backoff_of_real_libraries() {
     let (server, dir, out) = serve_and_run("backoff", BACKED_OFF, SLOW);
+    let dir = dir.path();
     assert_eq!(String::from_utf8_lossy(&out).trim(), "sent");
     let stacks = [("api-tenacity", "GET"), ("api-urllib3", "GET")];
     let live = report_with(&server, &stacks, 4 * BACKED_OFF);
@@ -481,6 +485,7 @@ fn retries_of_real_proxies_count() {
         );
     }
     let (server, dir, out) = serve_and_run_after(PROXY_PRELUDES, "proxies", CALLS, QUICK);
+    let dir = dir.path();
     let backend: Value = serde_json::from_slice(&out).unwrap();
     report_with(
         &server,
@@ -604,6 +609,7 @@ fn assert_envoy(report: &Value, backend: &Value) {
 #[test]
 fn retries_of_real_envoy_count() {
     let (server, dir, out) = serve_and_run_after(ENVOY_PRELUDES, "envoy_proxy", CALLS, SLOW);
+    let dir = dir.path();
     let backend: Value = serde_json::from_slice(&out).unwrap();
     let route = [("stock-envoy", "/items/{id}")];
     report_with_from(&server, "shop-envoy", &route, 2 * CALLS);
@@ -634,6 +640,7 @@ const BUDGET_BURSTS: u64 = 5;
 fn replay_predicts_envoys_retry_budget() {
     let (server, dir, out) =
         serve_and_run_after(ENVOY_PRELUDES, "envoy_budget", BUDGET_BURSTS, SLOW);
+    let dir = dir.path();
     let truth: Value = serde_json::from_slice(&out).unwrap();
     let calls = 10 * BUDGET_BURSTS;
     assert_eq!(truth["stock-free"]["requests"], 2 * calls, "{truth}");
@@ -727,6 +734,7 @@ fn grpc_js_hedging_losers_are_abandoned() {
         "run `npm ci` in tests/js (tests/run.sh does) for the grpc-js hedging test"
     );
     let (server, dir) = serve_archiving("grpc-hedging", QUICK);
+    let dir = dir.path();
     let output = std::process::Command::new("node")
         .arg(js.join("grpc_hedging.mjs"))
         .args([format!("http://{}", server.http), HEDGED_CALLS.to_string()])
@@ -796,6 +804,7 @@ const THROTTLED_CALLS: u64 = 30;
 #[test]
 fn replay_predicts_grpcio_throttling() {
     let (server, dir, out) = serve_and_run("grpc_throttling", THROTTLED_CALLS, QUICK);
+    let dir = dir.path();
     let truth: Value = serde_json::from_slice(&out).unwrap();
     let made = truth["Get"].as_u64().unwrap() - THROTTLED_CALLS;
     let free = truth["Free"].as_u64().unwrap() - THROTTLED_CALLS;

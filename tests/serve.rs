@@ -238,7 +238,8 @@ fn span_bound_is_retryable_and_visible() {
 /// A bad configuration stops start-up with every problem named by its key.
 #[test]
 fn config_errors_name_the_key() {
-    let dir = common::temp_dir("e2e");
+    let scratch = common::temp_dir("e2e");
+    let dir = scratch.path();
     let path = dir.join("bad.toml");
     let mut file = std::fs::File::create(&path).unwrap();
     writeln!(

@@ -210,8 +210,9 @@ fn port(addr: &str) -> &str {
 /// is served without a restart.
 #[test]
 fn tls_and_tokens_let_in_only_who_is_invited() {
-    let dir = common::temp_dir("tls");
-    let pki = Pki::new(&dir);
+    let scratch = common::temp_dir("tls");
+    let dir = scratch.path();
+    let pki = Pki::new(dir);
     pki.issue("server", "stormglass-first");
     pki.issue("client", "an-exporter");
     let server = Server::start(&[

@@ -322,33 +322,10 @@ impl Drop for Daemon {
 
 /// A fresh temporary directory for one test, removed with everything in it when dropped
 /// (the suite's meshes are ~15 MB a test, and CI's machine is kept).
-pub fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("stormglass-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
-}
-
-/// See [`temp_dir`].
-pub struct TempDir(std::path::PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::path::Path> for TempDir {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+pub fn temp_dir(name: &str) -> tempfile::TempDir {
+    (tempfile::Builder::new().prefix(&format!("stormglass-{name}-")))
+        .tempdir()
+        .unwrap()
 }
 
 /// The repository root (tests run from the crate directory).

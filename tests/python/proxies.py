@@ -43,7 +43,9 @@ from opentelemetry.instrumentation.requests import RequestsInstrumentor
 # provider, Quiet, flush: tests/python/otel_stack.py; instances, free_port, start, truth,
 # SLOW_S: tests/python/proxy_backend.py; both put before this script.
 calls = int(sys.argv[2])
-work = tempfile.mkdtemp(prefix="stormglass-proxies-")
+# Removed when the script exits, as the processes it started are.
+_work = tempfile.TemporaryDirectory(prefix="stormglass-proxies-", ignore_cleanup_errors=True)
+work = _work.name
 
 shop = provider("shop")
 tracer = shop.get_tracer("shop")

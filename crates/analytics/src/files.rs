@@ -384,9 +384,11 @@ mod tests {
     /// as its archive files, skipping anything else in it.
     #[test]
     fn older_archive_files_load_with_appended_columns_filled() {
-        let dir = std::env::temp_dir().join(format!("stormglass-files-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("stormglass-files-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let (spans, _) = encode_request(&Conventions::default(), &testing::retry_fixture());
         let weight = spans.schema().index_of(schema::WEIGHT).unwrap();
         let before_weight = spans.project(&(0..weight).collect::<Vec<_>>()).unwrap();
@@ -406,11 +408,7 @@ mod tests {
         )
         .unwrap();
 
-        let (loaded, summary) = load(
-            std::slice::from_ref(&dir),
-            &Conventions::default(),
-            Columns::All,
-        );
+        let (loaded, summary) = load(&[dir.to_path_buf()], &Conventions::default(), Columns::All);
         assert_eq!(summary.files, 2, "{summary:?}");
         assert!(summary.skipped.is_empty(), "{summary:?}");
         // The same spans twice: kept once, from the older file, with weight 1.
@@ -439,7 +437,6 @@ mod tests {
             summary.skipped[0].contains("not the stormglass span schema"),
             "{summary:?}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A Parquet file of several row groups, read by several lanes at once, gives every
@@ -447,9 +444,11 @@ mod tests {
     /// back emptied (the lean form) and the others as written.
     #[test]
     fn parquet_row_groups_read_in_order_and_lean() {
-        let dir = std::env::temp_dir().join(format!("stormglass-groups-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("stormglass-groups-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let (spans, _) = encode_request(&Conventions::default(), &testing::retry_fixture());
         let spans =
             arrow::compute::concat_batches(&SPANS_SCHEMA, &[spans.clone(), spans.clone(), spans])
@@ -479,6 +478,5 @@ mod tests {
             concat_batches(&SPANS_SCHEMA, &analysed).unwrap(),
             schema::lean(&spans)
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -21,11 +21,12 @@ fn synthetic(spans: usize) -> RecordBatch {
     encode_request(&Conventions::default(), &generator.request(spans)).0
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("stormglass-archive-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh directory, removed with everything in it when the guard drops.
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("stormglass-archive-{name}-"))
+        .tempdir()
+        .expect("creates a scratch directory")
 }
 
 fn start(dir: &Path, config: ArchiveConfig) -> (Archive, Registry, Health, MemoryBudget) {
@@ -76,7 +77,8 @@ fn entries(dir: &Path) -> Vec<String> {
 /// (names, messages, attributes) with the span schema; no temporary file is left.
 #[test]
 fn appended_spans_read_back_whole_once_flushed() {
-    let dir = temp_dir("whole");
+    let scratch = temp_dir("whole");
+    let dir = scratch.path().to_path_buf();
     let (archive, registry, _, budget) = start(&dir, ArchiveConfig::default());
     let spans = batch();
     archive.append(spans.clone(), budget.force(spans.get_array_memory_size()));
@@ -123,7 +125,8 @@ fn appended_spans_read_back_whole_once_flushed() {
 /// A file closes at archive.max_file_bytes and, without more input, at archive.flush.
 #[test]
 fn files_rotate_by_size_and_time() {
-    let dir = temp_dir("rotate");
+    let scratch = temp_dir("rotate");
+    let dir = scratch.path().to_path_buf();
     let config = ArchiveConfig {
         max_file_bytes: bytesize::ByteSize::mib(1),
         flush: Duration::from_millis(200),
@@ -163,7 +166,8 @@ fn files_rotate_by_size_and_time() {
 /// temporary file from a crash is removed at start.
 #[test]
 fn retention_and_torn_files() {
-    let dir = temp_dir("retention");
+    let scratch = temp_dir("retention");
+    let dir = scratch.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("creates");
     let old = dir.join("spans-20200101T000000.000Z-0.parquet");
     crate::tests::write_file(&old, &batch());
@@ -216,7 +220,8 @@ fn retention_and_torn_files() {
 /// file that can be written clears it.
 #[test]
 fn write_failures_are_counted_and_recover() {
-    let dir = temp_dir("failure");
+    let scratch = temp_dir("failure");
+    let dir = scratch.path().to_path_buf();
     let (archive, registry, health, budget) = start(&dir, ArchiveConfig::default());
     std::fs::remove_dir_all(&dir).expect("removes");
     let spans = batch();
@@ -258,7 +263,8 @@ impl SpanSink for Counting {
 /// assembly refuses is not archived, and its reservation is returned.
 #[test]
 fn a_refused_batch_is_neither_held_nor_archived() {
-    let dir = temp_dir("sink");
+    let scratch = temp_dir("sink");
+    let dir = scratch.path().to_path_buf();
     let (archive, registry, _, _) = start(&dir, ArchiveConfig::default());
     let archive = Arc::new(archive);
     let spans = batch();
@@ -312,7 +318,8 @@ pub(crate) fn write_file(path: &Path, batch: &RecordBatch) {
 /// restart; a file that is not a secret is an error, not silently replaced.
 #[test]
 fn key_secret_survives_a_restart() {
-    let dir = temp_dir("key-secret");
+    let scratch = temp_dir("key-secret");
+    let dir = scratch.path().to_path_buf();
     let made = key_secret(&dir).expect("made");
     assert_eq!(key_secret(&dir).expect("read"), made);
     let path = dir.join(KEY_SECRET_FILE);

@@ -279,8 +279,11 @@ async fn https_receivers_with_auth_and_retries() {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     use stormglass_runtime::{Secret, Tls, TlsConfig};
 
-    let dir = std::env::temp_dir().join(format!("stormglass-notify-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("stormglass-notify-tls-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();

@@ -114,8 +114,11 @@ fn latency_drift_against_the_baseline() {
 /// The baseline is read from a JSON report's layers.
 #[test]
 fn baseline_reads_a_report() {
-    let dir = std::env::temp_dir().join(format!("sg-baseline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("stormglass-baseline-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let path = dir.join("baseline.json");
     std::fs::write(
         &path,
@@ -132,7 +135,6 @@ fn baseline_reads_a_report() {
             .unwrap_err()
             .contains("not a stormglass JSON report")
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Names are unique and follow docs/alerts.md's table.

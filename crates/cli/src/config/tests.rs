@@ -6,10 +6,15 @@ use super::*;
 /// default, or commented out where unset by default.
 const EXAMPLE_YAML: &str = include_str!("../../stormglass.example.yaml");
 
-fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("stormglass-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+/// A file holding `text`, removed when the guard drops; its name ends in `name` because
+/// the loader picks the format by extension.
+fn write(name: &str, text: &str) -> tempfile::TempPath {
+    let path = tempfile::Builder::new()
+        .prefix("stormglass-config-")
+        .suffix(name)
+        .tempfile()
+        .unwrap()
+        .into_temp_path();
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -33,7 +38,7 @@ fn threshold_defaults_are_the_analysis_defaults() {
 #[test]
 fn example_config_is_the_defaults() {
     let path = write("example.yaml", EXAMPLE_YAML);
-    assert_eq!(load(Some(&path), [], &vec![]).unwrap(), Config::default());
+    assert_eq!(load(Some(&*path), [], &vec![]).unwrap(), Config::default());
 }
 
 /// `limits.memory` takes a size (file or environment) or `auto`; `auto` is 80% of the
@@ -46,7 +51,7 @@ fn memory_limit_auto_or_size() {
     assert_eq!(sized, MemoryLimit::Bytes(bytesize::ByteSize::mib(256)));
     assert_eq!(sized.resolve(Some(1 << 30)).0, 256 << 20);
     let file = write("memory.yaml", "limits:\n  memory: 1073741824\n");
-    let bytes = load(Some(&file), [], &vec![]).unwrap().limits.memory;
+    let bytes = load(Some(&*file), [], &vec![]).unwrap().limits.memory;
     assert_eq!(bytes, MemoryLimit::Bytes(bytesize::ByteSize::gib(1)));
     let auto = load(None, env("auto"), &vec![]).unwrap().limits.memory;
     assert_eq!(auto, MemoryLimit::Auto);
@@ -63,12 +68,12 @@ fn memory_limit_auto_or_size() {
 #[test]
 fn links_section() {
     let empty = write("links-empty.yaml", "links:\n  # trace_url: x\n");
-    assert_eq!(load(Some(&empty), [], &vec![]).unwrap(), Config::default());
+    assert_eq!(load(Some(&*empty), [], &vec![]).unwrap(), Config::default());
     let tempo = write(
         "links.yaml",
         "links:\n  trace_url: http://tempo:3200/trace/{trace_id}\n",
     );
-    let config = load(Some(&tempo), [], &vec![]).unwrap();
+    let config = load(Some(&*tempo), [], &vec![]).unwrap();
     assert_eq!(
         config.links.trace_url.as_deref(),
         Some("http://tempo:3200/trace/{trace_id}")
@@ -77,7 +82,7 @@ fn links_section() {
         "links-bad.yaml",
         "links:\n  trace_url: http://tempo/trace\n",
     );
-    let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+    let errors = load(Some(&*bad), [], &vec![]).unwrap_err();
     assert_eq!(errors.0.len(), 1, "{errors:?}");
     assert_eq!(errors.0[0].0, "links.trace_url");
 }
@@ -93,8 +98,8 @@ fn yaml_and_toml_agree() {
         "a.toml",
         "[assembly]\nidle = \"2s\"\nmax_spans = 10\n[listen]\ngrpc = \"127.0.0.1:0\"\n",
     );
-    let a = load(Some(&yaml), [], &vec![]).unwrap();
-    assert_eq!(a, load(Some(&toml), [], &vec![]).unwrap());
+    let a = load(Some(&*yaml), [], &vec![]).unwrap();
+    assert_eq!(a, load(Some(&*toml), [], &vec![]).unwrap());
     assert_eq!(a.assembly.idle, Duration::from_secs(2));
     assert_eq!(a.assembly.max_spans, 10);
     assert_eq!(a.listen.grpc.port(), 0);
@@ -120,7 +125,7 @@ fn override_order() {
         ("STORMGLASS_QUERY_PLANS".to_owned(), "edges".to_owned()),
     ];
     let flags = vec![("listen.http", "127.0.0.1:3".to_owned())];
-    let config = load(Some(&path), env, &flags).unwrap();
+    let config = load(Some(&*path), env, &flags).unwrap();
     assert_eq!(config.assembly.idle, Duration::from_secs(3));
     assert_eq!(config.assembly.max_spans, 7);
     assert_eq!(config.listen.http.port(), 3);
@@ -134,7 +139,7 @@ fn errors_name_their_keys() {
         "assembly:\n  idle: soon\nlisten:\n  grpc: nowhere\nlimits:\n  max_request_bytes: 0\n  receiver_nice: 20\nanalytic:\n  x: 1\n",
     );
     let env = [("STORMGLASS_ASSEMBLY__IDEL".to_owned(), "1s".to_owned())];
-    let errors = load(Some(&path), env, &vec![]).unwrap_err();
+    let errors = load(Some(&*path), env, &vec![]).unwrap_err();
     let keys: Vec<&str> = errors.0.iter().map(|(k, _)| k.as_str()).collect();
     assert!(keys.contains(&"listen.grpc"), "{errors}");
     assert!(keys.contains(&"limits.max_request_bytes"), "{errors}");
@@ -157,7 +162,7 @@ fn alert_receivers_and_thresholds_share_a_section() {
         "alerts.yaml",
         "alerts:\n  amplification: 3\n  alertmanagers: [http://127.0.0.1:9093]\n  labels: {source: stormglass}\n",
     );
-    let config = load(Some(&path), [], &vec![]).unwrap();
+    let config = load(Some(&*path), [], &vec![]).unwrap();
     assert_eq!(config.alerts.amplification, 3.0);
     assert_eq!(config.notify.alertmanagers, ["http://127.0.0.1:9093"]);
     assert_eq!(config.notify.labels["source"], "stormglass");
@@ -172,7 +177,7 @@ fn alert_receivers_and_thresholds_share_a_section() {
         "bad-alerts.yaml",
         "alerts:\n  alertmanagers: [ftp://am:9093]\n  resend_interval: often\n  amplificaton: 2\n  bearer_token: t\n  basic_auth: {username: u, password: p}\n",
     );
-    let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+    let errors = load(Some(&*bad), [], &vec![]).unwrap_err();
     let keys: Vec<&str> = errors.0.iter().map(|(k, _)| k.as_str()).collect();
     assert!(keys.contains(&"alerts.alertmanagers.0"), "{errors}");
     assert!(keys.contains(&"alerts.resend_interval"), "{errors}");
@@ -206,14 +211,14 @@ fn alert_holds_by_name() {
         "holds.yaml",
         "alerts:\n  for: {StormglassRetryAmplificationHigh: 30s}\n",
     );
-    let config = load(Some(&path), [], &vec![]).unwrap();
+    let config = load(Some(&*path), [], &vec![]).unwrap();
     assert_eq!(config.alerts.hold(amplification), Duration::from_secs(30));
 
     let bad = write(
         "holds-bad.yaml",
         "alerts:\n  for: {StormglassRetryAmplificationHi: 0s}\n",
     );
-    let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+    let errors = load(Some(&*bad), [], &vec![]).unwrap_err();
     assert_eq!(
         errors.0[0].0, "alerts.for.StormglassRetryAmplificationHi",
         "{errors}"
@@ -222,7 +227,7 @@ fn alert_holds_by_name() {
         "holds-word.yaml",
         "alerts:\n  for: {StormglassDown: soon}\n",
     );
-    let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+    let errors = load(Some(&*bad), [], &vec![]).unwrap_err();
     assert!(errors.0[0].0.starts_with("alerts.for"), "{errors}");
 }
 
@@ -235,13 +240,13 @@ fn sampling_ratios_per_service() {
         "STORMGLASS_SAMPLING__RATIOS__CART".to_owned(),
         "0.5".to_owned(),
     )];
-    let config = load(Some(&path), env, &vec![]).unwrap();
+    let config = load(Some(&*path), env, &vec![]).unwrap();
     let conventions = config.conventions();
     assert_eq!(conventions.sampling_weight("Checkout"), Some(4.0));
     assert_eq!(conventions.sampling_weight("cart"), Some(2.0));
     assert_eq!(conventions.sampling_weight("web"), None);
     let bad = write("bad-sampling.yaml", "sampling:\n  ratios: {web: 2}\n");
-    let errors = load(Some(&bad), [], &vec![]).unwrap_err();
+    let errors = load(Some(&*bad), [], &vec![]).unwrap_err();
     assert_eq!(errors.0[0].0, "sampling.ratios.web", "{errors}");
 }
 
@@ -249,7 +254,7 @@ fn sampling_ratios_per_service() {
 #[test]
 fn unknown_file_format() {
     let path = write("c.json", "{}");
-    let errors = load(Some(&path), [], &vec![]).unwrap_err();
+    let errors = load(Some(&*path), [], &vec![]).unwrap_err();
     assert!(errors.0[0].1.contains(".yaml, .yml or .toml"));
 }
 
