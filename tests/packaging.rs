@@ -173,7 +173,6 @@ fn prometheusrule_is_the_generated_rules() {
     assert_eq!(rule["spec"], *file, "the same groups as the rule file");
 
     let scratch = common::temp_dir("prometheusrule");
-
     let dir = scratch.path();
     let spec = dir.join("spec.yml");
     std::fs::write(&spec, serde_json::to_string(&rule["spec"]).unwrap()).unwrap();
