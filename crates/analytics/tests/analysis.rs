@@ -13,7 +13,7 @@ use fixtures::Spans;
 use stormglass_analytics::alerts::AlertThresholds;
 use stormglass_analytics::histogram::{bucket, bucket_ms};
 use stormglass_analytics::lineage::{Overlapping, RetryRules};
-use stormglass_analytics::report::{EdgeFigures, LayerFigures, Report, WindowBounds};
+use stormglass_analytics::report::{EdgeFigures, LayerFigures, Report, ReportConfig, WindowBounds};
 use stormglass_analytics::{
     AnalysisMetrics, AnalyticsConfig, Engine, LiveAnalysis, Partials, ReleasedTraces, TraceSink,
     queries,
@@ -34,6 +34,16 @@ async fn report(spans: &Spans) -> Report {
         .unwrap();
     report.alerts = stormglass_analytics::alerts::evaluate(&report, &AlertThresholds::default());
     report
+}
+
+/// A live analysis on the defaults, its metrics unregistered.
+fn live_analysis() -> LiveAnalysis {
+    LiveAnalysis::new(
+        Engine::default(),
+        AlertThresholds::default(),
+        AnalyticsConfig::default(),
+        AnalysisMetrics::unregistered(),
+    )
 }
 
 fn edge<'r>(r: &'r Report, caller: &str, callee: &str) -> &'r EdgeFigures {
@@ -288,12 +298,7 @@ async fn finding_detail_comes_from_its_example_trace() {
 /// as the layer's P99.9 instead of vanishing.
 #[tokio::test]
 async fn late_server_spans_feed_latency() {
-    let live = LiveAnalysis::new(
-        Engine::default(),
-        AlertThresholds::default(),
-        AnalyticsConfig::default(),
-        AnalysisMetrics::unregistered(),
-    );
+    let live = live_analysis();
     let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
     let mut on_time = Spans::default();
     let mut late = Spans::default();
@@ -1243,12 +1248,7 @@ async fn live_and_offline_agree() {
     let s = fixtures::every_fixture();
     let offline = report(&s).await;
 
-    let live = LiveAnalysis::new(
-        Engine::default(),
-        AlertThresholds::default(),
-        AnalyticsConfig::default(),
-        AnalysisMetrics::unregistered(),
-    );
+    let live = live_analysis();
     let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
     let t0 = SystemTime::now();
     let traces = s.requests_by_trace();
@@ -1266,6 +1266,41 @@ async fn live_and_offline_agree() {
         traces.len() / 97 >= 10,
         "the window must hold many intervals"
     );
+    assert_same_figures(&live, &offline);
+}
+
+/// At width (400 services, ~4,000 edges) the live window, each interval's chunks merged and
+/// compacted, gives every figure and finding total the same spans give offline.
+#[tokio::test]
+async fn live_and_offline_agree_at_width() {
+    let mut s = Spans::default();
+    let mesh = stormglass_testkit::mesh::wide_mesh(&mut s, 400, 3000);
+    let offline = report(&s).await;
+    assert_eq!(offline.edges.len(), mesh.edges.len());
+
+    let live = live_analysis()
+        // Several chunks per interval, merged before the window keeps them.
+        .with_chunk_bytes(256 << 10);
+    let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
+    let t0 = SystemTime::now();
+    let traces = s.requests_by_trace();
+    for (i, chunk) in traces.chunks(300).enumerate() {
+        let mut bytes = 0;
+        for request in chunk {
+            let (batch, _) = encode_request(&Conventions::default(), request);
+            bytes += batch.get_array_memory_size();
+            live.release(ReleasedTraces::reserved(batch, 1, &budget));
+        }
+        assert!(bytes > 2 * live.chunk_bytes(), "{bytes} bytes make chunks");
+        live.run_interval(t0 + Duration::from_secs(10 * (i as u64 + 1)))
+            .await
+            .unwrap();
+    }
+    // The live report lists the default bound of findings per kind; offline, every one.
+    let mut offline = offline;
+    offline.bound_findings(ReportConfig::default().max_findings_per_kind);
+    let live = live.report().expect("a report after its intervals");
+    assert_eq!(live.finding_totals, offline.finding_totals);
     assert_same_figures(&live, &offline);
 }
 
@@ -1290,13 +1325,7 @@ async fn chunked_interval_equals_offline() {
     let offline = report(&s).await;
 
     let budget = stormglass_runtime::MemoryBudget::unregistered(1 << 40);
-    let live = LiveAnalysis::new(
-        Engine::default(),
-        AlertThresholds::default(),
-        AnalyticsConfig::default(),
-        AnalysisMetrics::unregistered(),
-    )
-    .with_chunk_bytes(64 << 10);
+    let live = live_analysis().with_chunk_bytes(64 << 10);
     let traces = s.requests_by_trace();
     let mut bytes = 0;
     for request in &traces {
