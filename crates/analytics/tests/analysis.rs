@@ -1275,7 +1275,7 @@ async fn live_and_offline_agree() {
 async fn live_and_offline_agree_at_width() {
     let mut s = Spans::default();
     let mesh = stormglass_testkit::mesh::wide_mesh(&mut s, 400, 3000);
-    let offline = report(&s).await;
+    let mut offline = report(&s).await;
     assert_eq!(offline.edges.len(), mesh.edges.len());
 
     let live = live_analysis()
@@ -1297,7 +1297,6 @@ async fn live_and_offline_agree_at_width() {
             .unwrap();
     }
     // The live report lists the default bound of findings per kind; offline, every one.
-    let mut offline = offline;
     offline.bound_findings(ReportConfig::default().max_findings_per_kind);
     let live = live.report().expect("a report after its intervals");
     assert_eq!(live.finding_totals, offline.finding_totals);
