@@ -207,7 +207,7 @@ enum Command {
     /// analytics.interval 2s). With --otlp-grpc and --otlp-http, only the chain runs, its
     /// spans exported to a collector already running.
     Demo {
-        /// healthy, storm, gc-pause, tail, budget, unsafe or orphans.
+        /// The failure mode: healthy, storm, hidden, gc-pause, tail, budget, unsafe or orphans.
         #[arg(long, default_value = "storm", value_parser = scenario)]
         scenario: stormglass_demo::Scenario,
         /// How long to send requests (e.g. 60s, 5m).
@@ -672,5 +672,25 @@ mod tests {
         );
         keep_freed_memory_longer();
         assert_eq!(get(), i64::from(PURGE_DELAY_MS));
+    }
+
+    /// `demo --help` names every scenario the demo accepts.
+    #[test]
+    fn demo_help_names_every_scenario() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let help = cli
+            .find_subcommand("demo")
+            .and_then(|demo| demo.get_arguments().find(|a| a.get_id() == "scenario"))
+            .and_then(|arg| arg.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        for scenario in stormglass_demo::Scenario::ALL {
+            assert!(
+                help.contains(scenario.name()),
+                "`demo --help` does not name {}: {help}",
+                scenario.name()
+            );
+        }
     }
 }
