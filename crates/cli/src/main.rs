@@ -106,7 +106,8 @@ enum Command {
         files: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
         format: offline::AdviceFormat,
-        /// Configuration file (advice.timeout_factor, advice.min_backoff_ms).
+        /// Configuration file (advice.timeout_factor, advice.min_backoff_ms,
+        /// advice.min_timeout_ms).
         #[arg(long)]
         config: Option<PathBuf>,
         /// What the text lists (JSON, the policy other commands read, and the emitted
