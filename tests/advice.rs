@@ -405,22 +405,7 @@ fn mesh_objects_follow_the_upstream_schemas() {
             .map(|o| o["kind"].as_str().unwrap())
             .collect();
         assert_eq!(of_inventory, kinds, "{format}: {objects:#?}");
-        let mut node = std::process::Command::new("node")
-            .arg(js.join("validate_mesh.mjs"))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("node runs");
-        use std::io::Write;
-        node.stdin
-            .take()
-            .unwrap()
-            .write_all(Value::Array(objects.clone()).to_string().as_bytes())
-            .unwrap();
-        let output = node.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{format}: {text}");
-        assert_eq!(text.matches(": valid").count(), objects.len(), "{text}");
+        follow_the_mesh_schemas(&objects);
     }
     let istio = advise_yaml(&file, "istio");
     let vs = istio
@@ -442,6 +427,131 @@ fn mesh_objects_follow_the_upstream_schemas() {
     assert_eq!(annotations["retry.linkerd.io/limit"], "2");
     assert_eq!(annotations["retry.linkerd.io/timeout"], "57ms");
     assert_eq!(annotations["timeout.linkerd.io/request"], "285ms");
+}
+
+/// Every object of `objects` passes the upstream CRD schemas (tests/js/validate_mesh.mjs).
+fn follow_the_mesh_schemas(objects: &[Value]) {
+    let js = repo_root().join("tests/js");
+    let mut node = std::process::Command::new("node")
+        .arg(js.join("validate_mesh.mjs"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    use std::io::Write;
+    node.stdin
+        .take()
+        .unwrap()
+        .write_all(Value::Array(objects.to_vec()).to_string().as_bytes())
+        .unwrap();
+    let output = node.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert_eq!(text.matches(": valid").count(), objects.len(), "{text}");
+}
+
+/// `web` calls `items` on one path with two methods (`GET /items`, `POST /items`: spans
+/// named so, without a route attribute, are two operations) and on two templated routes
+/// (no path of their own), one call of each per request.
+fn one_path_two_methods(calls: u32) -> Spans {
+    let mut s = Spans::default();
+    for trace in 1..=calls {
+        let page = s
+            .server(trace, "web", "GET /page")
+            .at(0.0, 500.0)
+            .with(vec![route("/page")])
+            .add();
+        let operations = [
+            ("GET /items", None),
+            ("POST /items", None),
+            ("GET", Some("/items/{id}")),
+            ("DELETE", Some("/items/{id}/tags")),
+        ];
+        for (i, (name, templated)) in operations.into_iter().enumerate() {
+            let at = 1.0 + 100.0 * i as f64;
+            let mut attributes = vec![peer("items"), retry(0)];
+            let mut served = Vec::new();
+            if let Some(t) = templated {
+                attributes.push(template(t));
+                served.push(route(t));
+            }
+            let call = (s.client(trace, "web", name).under(page))
+                .at(at, at + 50.0 + 10.0 * i as f64)
+                .with(attributes)
+                .add();
+            (s.server(trace, "items", name).under(call))
+                .at(at + 1.0, at + 49.0 + 10.0 * i as f64)
+                .with(served)
+                .add();
+        }
+    }
+    s
+}
+
+/// Routes of a callee whose operations share a path or have none: Envoy, Istio and
+/// Gateway API match each method-named operation by its method as well (the write never
+/// takes the read's route), and end with one catch-all for the operations without a path,
+/// with the longer of their timeouts; Envoy's API and Envoy itself, and the upstream CRD
+/// schemas, accept them.
+#[test]
+fn mesh_routes_match_methods_and_end_with_one_catch_all() {
+    let scratch = temp_dir("advise-routes");
+    let advised = advise_json(scratch.path(), &one_path_two_methods(30));
+    let file = scratch
+        .path()
+        .join("spans.jsonl")
+        .to_string_lossy()
+        .into_owned();
+    let timeout = |operation: &str| {
+        (advised["edges"].as_array().unwrap().iter())
+            .find(|e| e["operation"] == operation)
+            .unwrap_or_else(|| panic!("no advice for {operation}: {advised:#}"))["timeout_ms"]
+            .as_f64()
+            .unwrap()
+    };
+    let catch_all_ms = timeout("/items/{id}").max(timeout("/items/{id}/tags"));
+    assert!(
+        timeout("/items/{id}/tags") > timeout("/items/{id}"),
+        "{advised:#}"
+    );
+
+    let config = advise_yaml(&file, "envoy").remove(0);
+    let routes = config[0]["routes"].as_array().unwrap();
+    let names: Vec<&str> = routes.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["GET /items", "POST /items", "/items/{id} (+1 more)"]
+    );
+    let method = |r: &Value| r["match"]["headers"][0]["string_match"]["exact"].clone();
+    assert_eq!(
+        (method(&routes[0]), method(&routes[1])),
+        (json!("GET"), json!("POST"))
+    );
+    assert_eq!(routes[2]["match"], json!({"prefix": "/"}));
+    // The longer timeout per try, as the fewest attempts of the two take it.
+    assert_eq!(
+        routes[2]["route"]["retry_policy"]["per_try_timeout"],
+        format!("{:.3}s", catch_all_ms / 1e3),
+        "{config:#}"
+    );
+    let script = std::fs::read_to_string(repo_root().join("tests/python/envoy_config.py")).unwrap();
+    let checked: Value = serde_json::from_slice(&python(&script, &[&config.to_string()])).unwrap();
+    assert_eq!(checked["api_error"], Value::Null, "{checked}");
+    assert_eq!(checked["valid"], true, "{}", checked["envoy"]);
+
+    let istio = advise_yaml(&file, "istio");
+    let http = istio[0]["spec"]["http"].as_array().unwrap();
+    assert_eq!(http[1]["match"][0]["method"]["exact"], "POST", "{http:#?}");
+    assert!(
+        http[2].get("match").is_none(),
+        "the catch-all is last: {http:#?}"
+    );
+    follow_the_mesh_schemas(&istio);
+    let gateway = advise_yaml(&file, "gateway-api");
+    let rules = gateway[0]["spec"]["rules"].as_array().unwrap();
+    assert_eq!(rules[1]["matches"][0]["method"], "POST", "{rules:#?}");
+    assert!(rules[2].get("matches").is_none(), "{rules:#?}");
+    follow_the_mesh_schemas(&gateway);
 }
 
 /// `replay` of the observed calls under a policy that allows `inventory` one attempt drops

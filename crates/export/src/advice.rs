@@ -5,6 +5,7 @@
 //! DestinationRules, Gateway API HTTPRoutes (with the experimental
 //! `XBackendTrafficPolicy.retryConstraint`) and Linkerd's annotations.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -144,13 +145,87 @@ pub fn grpc_service_configs(advice: &Advice) -> Value {
 }
 
 /// An operation as a route matches it: a gRPC method's path, an HTTP route without
-/// parameters as its path; `None` for the rest (a templated route: the callee's prefix).
+/// parameters as its path; `None` for the rest (a templated route, a database's
+/// statement: the callee's catch-all).
 fn route_path(operation: &str) -> Option<String> {
     if let Some((service, method)) = grpc_name(operation) {
         return Some(format!("/{service}/{method}"));
     }
     let path = operation.rsplit(' ').next().unwrap_or(operation);
     (path.starts_with('/') && !path.contains(['{', ':', '*'])).then(|| path.to_owned())
+}
+
+/// The HTTP method an operation names (`POST /orders`), where it is one the route APIs
+/// can match on: `GET /orders` and `POST /orders` share a path, and a route by path alone
+/// would give the write the read's retries.
+fn route_method(operation: &str) -> Option<&str> {
+    const METHODS: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    let (method, _) = operation.split_once(' ')?;
+    METHODS.contains(&method).then_some(method)
+}
+
+/// One route of a callee, as Envoy, Istio and Gateway API write it.
+struct Route<'a> {
+    name: String,
+    /// The exact path it matches, with the method where the operation names one; `None`:
+    /// the catch-all.
+    path: Option<String>,
+    method: Option<&'a str>,
+    advice: Cow<'a, EdgeAdvice>,
+    /// The operation whose traffic it carries, where it is one (the tag on its spans).
+    operation: Option<&'a str>,
+}
+
+/// A callee's operations as routes: one per operation with a path of its own, then one
+/// catch-all for those without (last: routes are tried in order, and a catch-all before
+/// another route would take its traffic). A catch-all serving several operations takes
+/// their [`shared`] advice.
+fn routes<'a>(ops: &[&'a EdgeAdvice]) -> Vec<Route<'a>> {
+    let mut out = Vec::new();
+    let mut rest: Vec<&'a EdgeAdvice> = Vec::new();
+    for &e in ops {
+        match route_path(&e.operation) {
+            Some(path) => out.push(Route {
+                name: e.operation.clone(),
+                path: Some(path),
+                method: route_method(&e.operation),
+                advice: Cow::Borrowed(e),
+                operation: Some(&e.operation),
+            }),
+            None => rest.push(e),
+        }
+    }
+    let name = match rest.as_slice() {
+        [] => return out,
+        [one] => one.operation.clone(),
+        [first, more @ ..] => format!("{} (+{} more)", first.operation, more.len()),
+    };
+    if let Some(advice) = shared(&rest) {
+        out.push(Route {
+            name,
+            path: None,
+            method: None,
+            operation: (rest.len() == 1).then(|| rest[0].operation.as_str()),
+            advice,
+        });
+    }
+    out
+}
+
+/// One setting for several operations (a catch-all route, a Service's annotations): the
+/// fewest attempts and the longest timeout among them, so no operation's healthy calls
+/// are cut by a timeout sized for a faster one.
+fn shared<'a>(ops: &[&'a EdgeAdvice]) -> Option<Cow<'a, EdgeAdvice>> {
+    let fewest = *ops.iter().min_by_key(|e| e.max_attempts)?;
+    let longest = ops.iter().filter_map(|e| e.timeout_ms).reduce(f64::max);
+    if ops.len() == 1 || fewest.timeout_ms == longest {
+        return Some(Cow::Borrowed(fewest));
+    }
+    let mut merged = fewest.clone();
+    merged.timeout_ms = longest;
+    Some(Cow::Owned(merged))
 }
 
 /// What a retry may be attempted on: `UNAVAILABLE` for gRPC, for HTTP a refused or reset
@@ -174,23 +249,28 @@ fn min_concurrency(e: &EdgeAdvice) -> u32 {
     min_retry_concurrency(e.retry_budget_min_per_second, e.timeout_ms)
 }
 
-/// Per (caller, callee): the caller's Envoy routes to the callee, one per operation
+/// Per (caller, callee): the caller's Envoy routes to the callee, its [`routes`]
 /// (`route.timeout`, the call's deadline; `retry_policy` with `num_retries`,
 /// `per_try_timeout` and exponential `retry_back_off`), and the callee's cluster with its
 /// `retry_budget` (`budget_percent`, `min_retry_concurrency`), in Envoy's v3 JSON names.
 pub fn envoy(advice: &Advice) -> Value {
     let mut out = Vec::new();
     for ((caller, callee), ops) in by_pair(advice) {
-        let mut routes = Vec::new();
-        let mut budget: Option<&EdgeAdvice> = None;
-        for e in &ops {
-            let Some(timeout) = e.timeout_ms else {
-                continue;
-            };
-            let matcher = match route_path(&e.operation) {
+        let mut entries = Vec::new();
+        // The retry budget of the retrying route with the largest: (ratio, floor).
+        let mut budget: Option<(f64, u32)> = None;
+        let timed: Vec<&EdgeAdvice> = ops.into_iter().filter(|e| e.timeout_ms.is_some()).collect();
+        for r in routes(&timed) {
+            let e: &EdgeAdvice = &r.advice;
+            let timeout = e.timeout_ms.unwrap_or_default();
+            let mut matcher = match &r.path {
                 Some(path) => json!({"path": path}),
                 None => json!({"prefix": "/"}),
             };
+            if let Some(method) = r.method {
+                matcher["headers"] =
+                    json!([{"name": ":method", "string_match": {"exact": method}}]);
+            }
             let mut route =
                 json!({"cluster": callee, "timeout": duration(deadline_ms(e, timeout))});
             if e.max_attempts > 1 {
@@ -207,34 +287,35 @@ pub fn envoy(advice: &Advice) -> Value {
                     policy["retriable_status_codes"] = json!([503]);
                 }
                 route["retry_policy"] = policy;
-                budget = Some(budget.map_or(e, |b| {
-                    if e.retry_budget_ratio > b.retry_budget_ratio {
-                        e
-                    } else {
-                        b
-                    }
-                }));
+                budget = Some(match budget {
+                    Some((ratio, floor)) if ratio >= e.retry_budget_ratio => (ratio, floor),
+                    _ => (e.retry_budget_ratio, min_concurrency(e)),
+                });
             }
+            let mut entry = json!({"name": r.name, "match": matcher, "route": route});
             // Envoy's upstream spans are named after the cluster; a route's custom tags
-            // land on them, so the next traffic's edges keep the operation it guards.
-            let tracing = json!({"custom_tags": [
-                {"tag": "http.route", "literal": {"value": e.operation}}
-            ]});
-            routes.push(json!({
-                "name": e.operation, "match": matcher, "route": route, "tracing": tracing
-            }));
+            // land on them, so the next traffic's edges keep the operation it guards (a
+            // catch-all of several operations tags none: it would merge them).
+            if let Some(operation) = r.operation {
+                entry["tracing"] = json!({"custom_tags": [
+                    {"tag": "http.route", "literal": {"value": operation}}
+                ]});
+            }
+            entries.push(entry);
         }
-        if routes.is_empty() {
+        if entries.is_empty() {
             continue;
         }
         let mut cluster = json!({"name": callee});
-        if let Some(b) = budget {
+        if let Some((ratio, floor)) = budget {
             cluster["circuit_breakers"] = json!({"thresholds": [{"retry_budget": {
-                "budget_percent": {"value": b.retry_budget_ratio * 100.0},
-                "min_retry_concurrency": min_concurrency(b),
+                "budget_percent": {"value": ratio * 100.0},
+                "min_retry_concurrency": floor,
             }}]});
         }
-        out.push(json!({"caller": caller, "callee": callee, "routes": routes, "cluster": cluster}));
+        out.push(
+            json!({"caller": caller, "callee": callee, "routes": entries, "cluster": cluster}),
+        );
     }
     Value::Array(out)
 }
@@ -271,26 +352,33 @@ fn strictest<'a>(ops: &[&'a EdgeAdvice]) -> Vec<&'a EdgeAdvice> {
     by_op.into_values().collect()
 }
 
-/// Istio: per callee a VirtualService (`http[].timeout`, `retries` with `attempts` (the
-/// retries), `perTryTimeout` and `retryOn`) and, where it retries, a DestinationRule with
-/// `trafficPolicy.retryBudget` (`percent`, `minRetryConcurrency`).
+/// Istio: per callee a VirtualService, its [`routes`] as `http` rules (`timeout`,
+/// `retries` with `attempts` (the retries), `perTryTimeout` and `retryOn`) and, where it
+/// retries, a DestinationRule with `trafficPolicy.retryBudget` (`percent`,
+/// `minRetryConcurrency`).
 pub fn istio(advice: &Advice) -> Vec<Value> {
     let mut out = Vec::new();
     for (callee, ops) in by_callee(advice) {
         let mut http = Vec::new();
-        let mut budget: Option<&EdgeAdvice> = None;
-        for e in strictest(&ops) {
+        // The last retrying route's retry budget: (ratio, floor).
+        let mut budget: Option<(f64, u32)> = None;
+        for r in routes(&strictest(&ops)) {
+            let e: &EdgeAdvice = &r.advice;
             let timeout = e.timeout_ms.unwrap_or_default();
             let mut rule = json!({
-                "name": e.operation,
+                "name": r.name,
                 "route": [{"destination": {"host": callee}}],
                 "timeout": duration(deadline_ms(e, timeout)),
             });
-            if let Some(path) = route_path(&e.operation) {
-                rule["match"] = json!([{"uri": {"exact": path}}]);
+            if let Some(path) = &r.path {
+                let mut matcher = json!({"uri": {"exact": path}});
+                if let Some(method) = r.method {
+                    matcher["method"] = json!({"exact": method});
+                }
+                rule["match"] = json!([matcher]);
             }
             rule["retries"] = if e.max_attempts > 1 {
-                budget = Some(e);
+                budget = Some((e.retry_budget_ratio, min_concurrency(e)));
                 json!({
                     "attempts": e.max_attempts - 1,
                     "perTryTimeout": duration(timeout),
@@ -307,14 +395,14 @@ pub fn istio(advice: &Advice) -> Vec<Value> {
             callee,
             json!({"hosts": [callee], "http": http}),
         ));
-        if let Some(b) = budget {
+        if let Some((ratio, floor)) = budget {
             out.push(object(
                 "networking.istio.io/v1",
                 "DestinationRule",
                 callee,
                 json!({"host": callee, "trafficPolicy": {"retryBudget": {
-                    "percent": b.retry_budget_ratio * 100.0,
-                    "minRetryConcurrency": min_concurrency(b),
+                    "percent": ratio * 100.0,
+                    "minRetryConcurrency": floor,
                 }}}),
             ));
         }
@@ -328,17 +416,19 @@ fn gateway_duration(ms: f64) -> String {
 }
 
 /// Gateway API: per callee an HTTPRoute attached to the mesh (`parentRefs` to the
-/// callee's Service, GAMMA), a rule per operation with `timeouts` (`request`: the call's
-/// deadline, `backendRequest`: one try's) and, where it retries, `retry` (`attempts`,
-/// `backoff`, 503); and the experimental `XBackendTrafficPolicy` with `retryConstraint`
+/// callee's Service, GAMMA), a rule per route ([`routes`]) with `timeouts` (`request`:
+/// the call's deadline, `backendRequest`: one try's) and, where it retries, `retry`
+/// (`attempts`, `backoff`, 503); and the experimental `XBackendTrafficPolicy` with `retryConstraint`
 /// (`budget.percent`, `minRetryRate`).
 pub fn gateway_api(advice: &Advice) -> Vec<Value> {
     let mut out = Vec::new();
     for (callee, ops) in by_callee(advice) {
         let service_ref = json!({"group": "", "kind": "Service", "name": callee});
         let mut rules = Vec::new();
-        let mut budget: Option<&EdgeAdvice> = None;
-        for e in strictest(&ops) {
+        // The last retrying rule's retry budget: (ratio, floor per second).
+        let mut budget: Option<(f64, f64)> = None;
+        for r in routes(&strictest(&ops)) {
+            let e: &EdgeAdvice = &r.advice;
             let timeout = e.timeout_ms.unwrap_or_default();
             let mut rule = json!({
                 "backendRefs": [{"name": callee, "port": 80}],
@@ -347,11 +437,15 @@ pub fn gateway_api(advice: &Advice) -> Vec<Value> {
                     "backendRequest": gateway_duration(timeout),
                 },
             });
-            if let Some(path) = route_path(&e.operation) {
-                rule["matches"] = json!([{"path": {"type": "Exact", "value": path}}]);
+            if let Some(path) = &r.path {
+                let mut matcher = json!({"path": {"type": "Exact", "value": path}});
+                if let Some(method) = r.method {
+                    matcher["method"] = json!(method);
+                }
+                rule["matches"] = json!([matcher]);
             }
             if e.max_attempts > 1 {
-                budget = Some(e);
+                budget = Some((e.retry_budget_ratio, e.retry_budget_min_per_second));
                 rule["retry"] = json!({
                     "attempts": e.max_attempts - 1,
                     "backoff": gateway_duration(e.backoff.initial_ms),
@@ -366,14 +460,14 @@ pub fn gateway_api(advice: &Advice) -> Vec<Value> {
             callee,
             json!({"parentRefs": [service_ref.clone()], "rules": rules}),
         ));
-        if let Some(b) = budget {
+        if let Some((ratio, floor)) = budget {
             out.push(object(
                 "gateway.networking.x-k8s.io/v1alpha1",
                 "XBackendTrafficPolicy",
                 callee,
                 json!({"targetRefs": [service_ref], "retryConstraint": {
-                    "budget": {"percent": (b.retry_budget_ratio * 100.0).round() as u32, "interval": "10s"},
-                    "minRetryRate": {"count": b.retry_budget_min_per_second.ceil() as u32, "interval": "1s"},
+                    "budget": {"percent": (ratio * 100.0).round() as u32, "interval": "10s"},
+                    "minRetryRate": {"count": floor.ceil() as u32, "interval": "1s"},
                 }}),
             ));
         }
@@ -384,19 +478,16 @@ pub fn gateway_api(advice: &Advice) -> Vec<Value> {
 /// Linkerd: per callee the annotations of its Service (as Linkerd documents them for
 /// retries and timeouts on a Service or route): `retry.linkerd.io/http` (or `/grpc`),
 /// `retry.linkerd.io/limit` (retries), `retry.linkerd.io/timeout` (per try) and
-/// `timeout.linkerd.io/request` (the call), from the strictest advice for its operations.
+/// `timeout.linkerd.io/request` (the call): a Service's annotations serve all its
+/// operations, so they take the [`shared`] advice of each operation's strictest.
 /// Linkerd's annotations have no retry budget: its retries are bounded by `limit`.
 pub fn linkerd(advice: &Advice) -> Vec<Value> {
     let mut out = Vec::new();
     for (callee, ops) in by_callee(advice) {
-        let ops = strictest(&ops);
-        let Some(e) = ops.iter().min_by(|a, b| {
-            (a.max_attempts, a.timeout_ms)
-                .partial_cmp(&(b.max_attempts, b.timeout_ms))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        }) else {
+        let Some(shared) = shared(&strictest(&ops)) else {
             continue;
         };
+        let e: &EdgeAdvice = &shared;
         let timeout = e.timeout_ms.unwrap_or_default();
         let mut annotations = serde_json::Map::new();
         annotations.insert(
@@ -449,6 +540,106 @@ mod tests {
         assert_eq!(grpc_name("/items/{id}"), None);
         assert_eq!(route_path("GET /orders").as_deref(), Some("/orders"));
         assert_eq!(route_path("/items/{id}"), None);
+        assert_eq!(route_method("POST /orders"), Some("POST"));
+        assert_eq!(route_method("SELECT stock"), None);
         assert_eq!(duration(450.0), "0.450s");
+    }
+
+    fn edge(operation: &str, attempts: u32, timeout_ms: f64) -> EdgeAdvice {
+        EdgeAdvice {
+            caller: "web".into(),
+            callee: "items".into(),
+            operation: operation.into(),
+            timeout_ms: Some(timeout_ms),
+            timeout_source: Some("p999"),
+            max_attempts: attempts,
+            attempts_reason: String::new(),
+            backoff: stormglass_analytics::advice::Backoff {
+                initial_ms: 10.0,
+                max_ms: timeout_ms,
+                multiplier: 2.0,
+                jitter: "full",
+            },
+            retry_budget_ratio: if attempts > 1 { 0.2 } else { 0.0 },
+            retry_budget_min_per_second: if attempts > 1 { 1.0 } else { 0.0 },
+            reasons: Vec::new(),
+        }
+    }
+
+    /// A callee read (GET) and written (POST) on one path, and two templated operations:
+    /// each route matches its method, so the write never takes the read's retries, and
+    /// the templated ones share one catch-all, last (a catch-all first would take every
+    /// route's traffic), with the fewest attempts and the longest timeout of the two.
+    #[test]
+    fn routes_match_methods_and_end_with_one_catch_all() {
+        let advice = Advice {
+            edges: vec![
+                edge("DELETE /items/{id}", 1, 400.0),
+                edge("GET /items", 3, 100.0),
+                edge("GET /items/{id}", 3, 50.0),
+                edge("POST /items", 1, 200.0),
+            ],
+            ..Advice::default()
+        };
+        let envoy = envoy(&advice);
+        let routes = envoy[0]["routes"].as_array().unwrap();
+        let names: Vec<&str> = routes.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["GET /items", "POST /items", "DELETE /items/{id} (+1 more)"]
+        );
+        let method = |r: &Value| r["match"]["headers"][0]["string_match"]["exact"].clone();
+        assert_eq!(method(&routes[0]), "GET");
+        assert_eq!(method(&routes[1]), "POST");
+        assert!(
+            routes[1]["route"].get("retry_policy").is_none(),
+            "{envoy:#}"
+        );
+        let catch_all = &routes[2];
+        assert_eq!(catch_all["match"], json!({"prefix": "/"}));
+        assert!(
+            catch_all["route"].get("retry_policy").is_none(),
+            "{envoy:#}"
+        );
+        assert_eq!(catch_all["route"]["timeout"], "0.400s");
+        assert!(
+            catch_all.get("tracing").is_none(),
+            "merges two operations' spans"
+        );
+        assert_eq!(
+            routes[0]["tracing"]["custom_tags"][0]["literal"]["value"],
+            "GET /items"
+        );
+
+        let istio = istio(&advice);
+        let http = istio[0]["spec"]["http"].as_array().unwrap();
+        assert_eq!(http.len(), 3);
+        assert_eq!(http[1]["match"][0]["method"]["exact"], "POST");
+        assert_eq!(http[1]["retries"]["attempts"], 0);
+        assert!(http[2].get("match").is_none(), "the catch-all is last");
+        assert_eq!(http[2]["timeout"], "0.400s");
+
+        let gateway = gateway_api(&advice);
+        let rules = gateway[0]["spec"]["rules"].as_array().unwrap();
+        assert_eq!(rules[0]["matches"][0]["method"], "GET");
+        assert_eq!(rules[2]["timeouts"]["request"], "400ms");
+        assert!(rules[2].get("matches").is_none());
+    }
+
+    /// A Service's Linkerd annotations serve a fast and a slow operation: the slow one's
+    /// timeout, so its healthy calls are not cut at the fast one's.
+    #[test]
+    fn linkerd_annotations_keep_the_slowest_operation() {
+        let advice = Advice {
+            edges: vec![edge("GET /fast", 3, 71.0), edge("GET /slow", 3, 1950.0)],
+            ..Advice::default()
+        };
+        let linkerd = linkerd(&advice);
+        let annotations = &linkerd[0]["metadata"]["annotations"];
+        assert_eq!(
+            annotations["retry.linkerd.io/timeout"], "1950ms",
+            "{linkerd:#?}"
+        );
+        assert_eq!(annotations["retry.linkerd.io/limit"], "2");
     }
 }
