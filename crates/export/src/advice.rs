@@ -326,8 +326,7 @@ fn object(api_version: &str, kind: &str, name: &str, spec: Value) -> Value {
 }
 
 /// The advised edges by callee: the mesh's routes and policies belong to the callee's
-/// service, whichever caller sends (the strictest of the callers' advice applies: the
-/// shortest timeout, the fewest attempts).
+/// service, whichever caller sends ([`per_operation`]).
 fn by_callee(advice: &Advice) -> BTreeMap<&str, Vec<&EdgeAdvice>> {
     let mut callees: BTreeMap<&str, Vec<&EdgeAdvice>> = BTreeMap::new();
     for e in advice.edges.iter().filter(|e| e.timeout_ms.is_some()) {
@@ -336,20 +335,19 @@ fn by_callee(advice: &Advice) -> BTreeMap<&str, Vec<&EdgeAdvice>> {
     callees
 }
 
-/// Per operation of a callee, the strictest advice any caller got for it.
-fn strictest<'a>(ops: &[&'a EdgeAdvice]) -> Vec<&'a EdgeAdvice> {
-    let mut by_op: BTreeMap<&str, &EdgeAdvice> = BTreeMap::new();
-    for e in ops {
-        by_op
-            .entry(&e.operation)
-            .and_modify(|b| {
-                if (e.max_attempts, e.timeout_ms) < (b.max_attempts, b.timeout_ms) {
-                    *b = e;
-                }
-            })
-            .or_insert(e);
+/// Per operation of a callee, the advice its route serves every caller with: the
+/// callers' [`shared`] advice (the fewest attempts any was advised, the longest timeout: a
+/// timeout sized for one caller's faster calls would cut another's, and a caller whose
+/// budget needs less keeps its own deadline).
+fn per_operation<'a>(ops: &[&'a EdgeAdvice]) -> Vec<Cow<'a, EdgeAdvice>> {
+    let mut by_op: BTreeMap<&str, Vec<&'a EdgeAdvice>> = BTreeMap::new();
+    for &e in ops {
+        by_op.entry(&e.operation).or_default().push(e);
     }
-    by_op.into_values().collect()
+    by_op
+        .into_values()
+        .filter_map(|callers| shared(&callers))
+        .collect()
 }
 
 /// Istio: per callee a VirtualService, its [`routes`] as `http` rules (`timeout`,
@@ -362,7 +360,8 @@ pub fn istio(advice: &Advice) -> Vec<Value> {
         let mut http = Vec::new();
         // The last retrying route's retry budget: (ratio, floor).
         let mut budget: Option<(f64, u32)> = None;
-        for r in routes(&strictest(&ops)) {
+        let merged = per_operation(&ops);
+        for r in routes(&merged.iter().map(AsRef::as_ref).collect::<Vec<_>>()) {
             let e: &EdgeAdvice = &r.advice;
             let timeout = e.timeout_ms.unwrap_or_default();
             let mut rule = json!({
@@ -427,7 +426,8 @@ pub fn gateway_api(advice: &Advice) -> Vec<Value> {
         let mut rules = Vec::new();
         // The last retrying rule's retry budget: (ratio, floor per second).
         let mut budget: Option<(f64, f64)> = None;
-        for r in routes(&strictest(&ops)) {
+        let merged = per_operation(&ops);
+        for r in routes(&merged.iter().map(AsRef::as_ref).collect::<Vec<_>>()) {
             let e: &EdgeAdvice = &r.advice;
             let timeout = e.timeout_ms.unwrap_or_default();
             let mut rule = json!({
@@ -479,12 +479,12 @@ pub fn gateway_api(advice: &Advice) -> Vec<Value> {
 /// retries and timeouts on a Service or route): `retry.linkerd.io/http` (or `/grpc`),
 /// `retry.linkerd.io/limit` (retries), `retry.linkerd.io/timeout` (per try) and
 /// `timeout.linkerd.io/request` (the call): a Service's annotations serve all its
-/// operations, so they take the [`shared`] advice of each operation's strictest.
+/// operations and callers, so they take the [`shared`] advice of all.
 /// Linkerd's annotations have no retry budget: its retries are bounded by `limit`.
 pub fn linkerd(advice: &Advice) -> Vec<Value> {
     let mut out = Vec::new();
     for (callee, ops) in by_callee(advice) {
-        let Some(shared) = shared(&strictest(&ops)) else {
+        let Some(shared) = shared(&ops) else {
             continue;
         };
         let e: &EdgeAdvice = &shared;
@@ -624,6 +624,25 @@ mod tests {
         assert_eq!(rules[0]["matches"][0]["method"], "GET");
         assert_eq!(rules[2]["timeouts"]["request"], "400ms");
         assert!(rules[2].get("matches").is_none());
+    }
+
+    /// Two callers of one operation: its route serves both, with the fewer attempts and
+    /// the longer timeout (the shorter would cut the slower caller's healthy calls).
+    #[test]
+    fn a_route_serves_every_caller_with_the_longer_timeout() {
+        let mut batch = edge("GET /items", 3, 500.0);
+        batch.caller = "batch".into();
+        let advice = Advice {
+            edges: vec![batch, edge("GET /items", 1, 100.0)],
+            ..Advice::default()
+        };
+        let istio = istio(&advice);
+        let http = &istio[0]["spec"]["http"][0];
+        assert_eq!(http["retries"]["attempts"], 0, "{istio:#?}");
+        assert_eq!(http["timeout"], "0.500s");
+        let gateway = gateway_api(&advice);
+        let rule = &gateway[0]["spec"]["rules"][0];
+        assert_eq!(rule["timeouts"]["backendRequest"], "500ms", "{gateway:#?}");
     }
 
     /// A Service's Linkerd annotations serve a fast and a slow operation: the slow one's
