@@ -175,9 +175,6 @@ pub async fn advise(
     format: AdviceFormat,
     selection: Selection,
 ) -> anyhow::Result<()> {
-    let report = report(config, paths).await?;
-    let params = stormglass_analytics::advice::AdviceParams::from(&config.params());
-    let advice = stormglass_analytics::advice::advise(&report, &params);
     let selection = match format {
         AdviceFormat::Text => selection,
         _ => Selection {
@@ -185,7 +182,14 @@ pub async fn advise(
             ..selection
         },
     };
-    let advice = advice.listed(&report.select(&selection));
+    // The report and the whole advice are let go before the output is written: at width
+    // the configurations' text and values are hundreds of MB of their own.
+    let advice = {
+        let report = report(config, paths).await?;
+        let params = stormglass_analytics::advice::AdviceParams::from(&config.params());
+        let advice = stormglass_analytics::advice::advise(&report, &params);
+        advice.listed(&report.select(&selection))
+    };
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).map(|t| t + "\n");
     let text = match format {
         AdviceFormat::Text => table::advice(&advice),
