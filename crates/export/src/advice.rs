@@ -257,7 +257,7 @@ pub fn envoy(advice: &Advice) -> Value {
     let mut out = Vec::new();
     for ((caller, callee), ops) in by_pair(advice) {
         let mut entries = Vec::new();
-        // The retry budget of the retrying route with the largest: (ratio, floor).
+        // The largest retry budget of the retrying routes: (ratio, floor).
         let mut budget: Option<(f64, u32)> = None;
         let timed: Vec<&EdgeAdvice> = ops.into_iter().filter(|e| e.timeout_ms.is_some()).collect();
         for r in routes(&timed) {
