@@ -220,7 +220,7 @@ fn routes<'a>(ops: &[&'a EdgeAdvice]) -> Vec<Route<'a>> {
 fn shared<'a>(ops: &[&'a EdgeAdvice]) -> Option<Cow<'a, EdgeAdvice>> {
     let fewest = *ops.iter().min_by_key(|e| e.max_attempts)?;
     let longest = ops.iter().filter_map(|e| e.timeout_ms).reduce(f64::max);
-    if ops.len() == 1 || fewest.timeout_ms == longest {
+    if fewest.timeout_ms == longest {
         return Some(Cow::Borrowed(fewest));
     }
     let mut merged = fewest.clone();
